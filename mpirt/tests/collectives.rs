@@ -229,6 +229,12 @@ fn rank_mode() {
             let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
             area_gathers(&world, sent);
         }
+        "area-reductions" => {
+            // UCX (which rsrun --pml ucx names in MPIRT_PML) counts no frames.
+            let ucx = env::var("MPIRT_PML").as_deref() == Ok("ucx");
+            let sent = || universe.counters().filter(|_| !ucx).map(|c| c.frames_sent);
+            area_reductions(&world, sent);
+        }
         "area-calls" => {
             // Ten of each call whose area path has no other evidence; the communicator's
             // area counts them when it goes (rsrun --verbose).
@@ -3728,17 +3734,17 @@ fn check_in_step(world: &SimpleCommunicator, after: &str) {
     }
 }
 
-/// Gathers of blocks past 4 KiB up to a cell's 16 KiB through the area (from 3 ranks on) and
-/// one byte past it by messages: ten of each against the serial reference, the frames each
-/// rank other than the root sent for them printed (none through the area); then the last
-/// rank's block one byte past the cell's while the others' fit, an error on the root and on
-/// the last rank, after which every rank is still in step.
+/// Gathers of blocks past 4 KiB up to 64 KiB through the area (from 3 ranks on; in rounds past
+/// a cell's 16 KiB) and one byte past it by messages: ten of each against the serial
+/// reference, the frames each rank other than the root sent for them printed (none through
+/// the area); then calls whose ranks' blocks disagree (`GATHER_DISAGREEMENTS`), each rank's
+/// outcome printed, after each of which every rank is still in step.
 fn area_gathers(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
     let (rank, n) = (world.rank(), world.size() as usize);
     let root = world.process_at_rank(0);
     // The area's set-up, in the first call, goes by messages.
     check_in_step(world, "the warm-up");
-    for block in [4097, 8192, 16384, 16385] {
+    for block in [4097, 8192, 16384, 16385, 32768, 65536, 65537] {
         let send: Vec<u8> = (0..block).map(|i| byte(rank, i)).collect();
         let before = sent();
         for _ in 0..10 {
@@ -3761,16 +3767,104 @@ fn area_gathers(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
         }
     }
     let last = n - 1;
-    let what = "gather 16385 vs 16384";
-    let block = if rank as usize == last { 16385 } else { 16384 };
-    let send = vec![1u8; block];
-    let result = if rank == 0 {
-        root.try_gather_into_root(&send[..], &mut vec![0u8; n * block][..])
-    } else {
-        root.try_gather_into(&send[..])
-    };
-    report_outcome(rank, what, result);
-    check_in_step(world, what);
+    for (others, lasts) in GATHER_DISAGREEMENTS {
+        let what = format!("gather {lasts} vs {others}");
+        let block = if rank as usize == last { lasts } else { others };
+        let send = vec![1u8; block];
+        let result = if rank == 0 {
+            root.try_gather_into_root(&send[..], &mut vec![0u8; n * block][..])
+        } else {
+            root.try_gather_into(&send[..])
+        };
+        report_outcome(rank, &what, result);
+        check_in_step(world, &what);
+    }
+}
+
+/// The blocks of the rooted calls whose last rank's block disagrees with the others' in
+/// `area_gathers` and `area_reductions` (bytes: the others', the last rank's): one round
+/// against two, and within the area against one byte past it, each way round.
+const GATHER_DISAGREEMENTS: [(usize, usize); 4] = [
+    (16384, 16385),
+    (16385, 16384),
+    (65536, 65537),
+    (65537, 65536),
+];
+
+/// Reductions to rank 0 of vectors past 4 KiB up to 64 KiB through the area (from 3 ranks on;
+/// in rounds past a cell's 16 KiB) and one element past it by messages, of `i32` sums, of
+/// 12-byte elements (`Triple`, whose rounds end inside one) and under a non-commutative
+/// operation (`Affine`): ten of each against the serial reference, the frames each rank other
+/// than the root sent for them printed; then the blocks of `GATHER_DISAGREEMENTS`, in bytes,
+/// each rank's outcome printed, after each of which every rank is still in step.
+fn area_reductions(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
+    /// Each rank's element `i` and how two combine, as [`serial`] takes them.
+    type Serial<T> = (fn(i32, usize) -> T, fn(T, T) -> T);
+    fn ten<T: Equivalence + Copy + Default + PartialEq, O: Operation>(
+        world: &SimpleCommunicator,
+        what: &str,
+        len: usize,
+        (value, combine): Serial<T>,
+        op: impl Fn() -> O,
+        sent: &impl Fn() -> Option<u64>,
+    ) {
+        let rank = world.rank();
+        let root = world.process_at_rank(0);
+        let send = contribution(rank, len, value);
+        let before = sent();
+        for _ in 0..10 {
+            if rank == 0 {
+                let mut got = vec![T::default(); len];
+                root.reduce_into_root(&send[..], &mut got[..], op());
+                let expected = serial(0..world.size(), len, value, combine);
+                assert!(got == expected, "{what} {len}: the reduction differs");
+            } else {
+                root.reduce_into(&send[..], op());
+            }
+        }
+        if let (Some(after), Some(before), true) = (sent(), before, rank != 0) {
+            let bytes = len * std::mem::size_of::<T>();
+            println!(
+                "{what} {bytes}: rank {rank}: frames sent {}",
+                after - before
+            );
+        }
+    }
+    let (rank, n) = (world.rank(), world.size() as usize);
+    // The area's set-up, in the first call, goes by messages.
+    check_in_step(world, "the warm-up");
+    let sum = (
+        int as fn(i32, usize) -> i32,
+        i32::wrapping_add as fn(i32, i32) -> i32,
+    );
+    for len in [1025, 4096, 4097, 16384, 16385] {
+        ten(world, "reduce i32", len, sum, SystemOperation::sum, &sent);
+    }
+    for len in [342, 1366, 5461, 5462] {
+        let triples = (
+            triple as fn(i32, usize) -> Triple,
+            add_triples as fn(_, _) -> _,
+        );
+        ten(world, "reduce triples", len, triples, triples_op, &sent);
+    }
+    for len in [1024, 1025, 4096, 4097] {
+        let maps: Serial<Affine> = (affine, compose);
+        ten(world, "reduce affine", len, maps, affine_op, &sent);
+    }
+    let last = n - 1;
+    let root = world.process_at_rank(0);
+    for (others, lasts) in GATHER_DISAGREEMENTS {
+        let what = format!("reduce {lasts} vs {others}");
+        let len = if rank as usize == last { lasts } else { others };
+        let send = vec![1u8; len];
+        let result = if rank == 0 {
+            root.try_reduce_into_root(&send[..], &mut vec![0u8; len][..], SystemOperation::sum())
+        } else {
+            root.try_reduce_into(&send[..], SystemOperation::sum())
+        };
+        report_outcome(rank, &what, result);
+        check_in_step(world, &what);
+    }
 }
 
 /// All-to-alls whose send buffers are past the area's one-call 4 KiB and up to its 64 KiB
@@ -5237,54 +5331,97 @@ fn all_to_alls_up_to_64_kib_go_through_the_area_from_3_ranks() {
     }
 }
 
-/// From 3 ranks on, gathers of blocks up to 16 KiB go through the area: the ranks other
-/// than the root send no frame for them (8 and 16 KiB went by messages before), while one
-/// byte more goes by messages; each result matches the serial reference; a last rank whose
-/// block is one byte past the area's while the others' fit fails on the root and on itself,
-/// and the others leave, all still in step.
+/// From 3 ranks on, gathers of blocks up to 64 KiB go through the area (in rounds past 16
+/// KiB): the ranks other than the root send no frame for them (past 16 KiB they went by
+/// messages before), while one byte more goes by messages; each result matches the serial
+/// reference; ranks whose blocks disagree across a round or the area's limit fail or leave
+/// as `rooted_disagreements_are_reported` says, all still in step.
 #[test]
-fn gathers_up_to_a_cell_go_through_the_area_from_3_ranks() {
+fn gathers_up_to_64_kib_go_through_the_area_from_3_ranks() {
     if common::across_hosts("one area for every rank (the frames counted)") {
         return;
     }
     for n in [3u32, 4] {
         let (out, _) = ok_job_with(n, "area-gathers", &[]);
-        if !out.contains("frames sent") {
-            println!("{n} ranks: frames not counted: this PML (UCX) does not count them");
-        }
-        for rank in 1..n {
-            for block in [4097, 8192, 16384] {
-                let line = format!("gather {block}: rank {rank}: frames sent ");
-                if let Some(at) = out.find(&line) {
-                    let count = out[at + line.len()..].split_whitespace().next();
-                    assert_eq!(count, Some("0"), "{n} ranks, {line}\n{out}");
-                }
-            }
-            let line = format!("gather 16385: rank {rank}: frames sent 0\n");
-            assert!(!out.contains(&line), "{n} ranks: {line}{out}");
-        }
-        let what = "gather 16385 vs 16384";
-        let last = n - 1;
-        for expected in [
-            format!(
-                "{what}: rank 0: gather_into_root: rank {last} sent 16385 bytes where this rank \
-                 expected 16384"
-            ),
-            format!(
-                "{what}: rank {last}: gather_into: rank 0 sent 16384 bytes where this rank \
-                 expected 16385"
-            ),
-        ] {
-            assert!(
-                out.contains(&expected),
-                "{n} ranks: missing {expected:?} in\n{out}"
-            );
-        }
-        for rank in 1..last {
-            assert!(out.contains(&format!("{what}: rank {rank}: ok")), "{out}");
-        }
-        assert!(!out.contains("all_reduce after"), "{n} ranks: {out}");
+        let blocks = [4097, 8192, 16384, 16385, 32768, 65536];
+        rooted_calls_in_the_area(n, &out, "gather", &blocks, 65537);
+        rooted_disagreements_are_reported(n, &out, ["gather", "gather_into_root", "gather_into"]);
     }
+}
+
+/// From 3 ranks on, reductions of vectors up to 64 KiB go through the area (in rounds past
+/// 16 KiB; they went by messages past 4 KiB before), under a built-in operation, a user's
+/// whose 12-byte elements the rounds cut, and a non-commutative one, as
+/// [`gathers_up_to_64_kib_go_through_the_area_from_3_ranks`] says of gathers.
+#[test]
+fn reductions_up_to_64_kib_go_through_the_area_from_3_ranks() {
+    if common::across_hosts("one area for every rank (the frames counted)") {
+        return;
+    }
+    for n in [3u32, 4] {
+        let (out, _) = ok_job_with(n, "area-reductions", &[]);
+        let sums = [4100, 16384, 16388, 65536];
+        rooted_calls_in_the_area(n, &out, "reduce i32", &sums, 65540);
+        let triples = [4104, 16392, 65532];
+        rooted_calls_in_the_area(n, &out, "reduce triples", &triples, 65544);
+        let maps = [16384, 16400, 65536];
+        rooted_calls_in_the_area(n, &out, "reduce affine", &maps, 65552);
+        rooted_disagreements_are_reported(n, &out, ["reduce", "reduce_into_root", "reduce_into"]);
+    }
+}
+
+/// That every rank but the root sent no frame in the calls `what` of each of `area`'s bytes,
+/// and some in those of `past`'s (the lines of `area_gathers` and `area_reductions`).
+fn rooted_calls_in_the_area(n: u32, out: &str, what: &str, area: &[usize], past: usize) {
+    if !out.contains("frames sent") {
+        println!("{n} ranks: frames not counted: this PML (UCX) does not count them");
+        return;
+    }
+    for rank in 1..n {
+        for bytes in area {
+            let line = format!("{what} {bytes}: rank {rank}: frames sent 0\n");
+            assert!(out.contains(&line), "{n} ranks: no {line:?} in\n{out}");
+        }
+        let line = format!("{what} {past}: rank {rank}: frames sent 0\n");
+        assert!(!out.contains(&line), "{n} ranks: {line}{out}");
+    }
+}
+
+/// The outcomes of `GATHER_DISAGREEMENTS` (the call `what`, the root's operation and the
+/// others'): the root names the last rank's length; the last rank names the root's where it
+/// waited for the root's verdict (its vector did not fit one round), else leaves; the others
+/// likewise say that the root found another rank's wrong, or leave; and no rank fell out of
+/// step.
+fn rooted_disagreements_are_reported(n: u32, out: &str, [what, root_op, op]: [&str; 3]) {
+    let last = n - 1;
+    let one_round = |bytes: usize| bytes <= 16384;
+    for (others, lasts) in GATHER_DISAGREEMENTS {
+        let call = format!("{what} {lasts} vs {others}");
+        let mut expected = vec![format!(
+            "{call}: rank 0: {root_op}: rank {last} sent {lasts} bytes where this rank \
+             expected {others}"
+        )];
+        expected.push(match one_round(lasts) {
+            true => format!("{call}: rank {last}: ok"),
+            false => format!(
+                "{call}: rank {last}: {op}: rank 0 sent {others} bytes where this rank \
+                 expected {lasts}"
+            ),
+        });
+        for rank in 1..last {
+            expected.push(match one_round(others) {
+                true => format!("{call}: rank {rank}: ok"),
+                false => format!(
+                    "{call}: rank {rank}: {op}: the root found another rank's arguments not \
+                     its own (the root's error names that rank)"
+                ),
+            });
+        }
+        for line in expected {
+            assert!(out.contains(&line), "{n} ranks: missing {line:?} in\n{out}");
+        }
+    }
+    assert!(!out.contains("all_reduce after"), "{n} ranks: {out}");
 }
 
 /// Where ranks share a CPU, rank 0 releases the area's barrier once every rank has arrived

@@ -468,7 +468,8 @@ pub(crate) fn all_gather_varcount(
 /// All-to-all: `outgoing[r]` (offset, length in bytes) of the send buffer to rank r, into
 /// `incoming[r]` of its receive buffer. `placement` is the ranks' hosts where they lie on
 /// several, more than one on some, for equal blocks of `largest` bytes; `ranks_on_host` how
-/// many of the ranks share this rank's host (see `select::alltoall`).
+/// many of the ranks share this rank's host, and `shares` whether they outnumber its CPUs
+/// (see `select::alltoall`).
 pub(crate) fn all_to_all(
     ranks: Ranks,
     outgoing: &[(usize, usize)],
@@ -476,12 +477,13 @@ pub(crate) fn all_to_all(
     largest: usize,
     placement: Option<Placement>,
     ranks_on_host: u32,
+    shares: bool,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
     let total = |parts: &[(usize, usize)]| parts.iter().map(|part| part.1).sum();
     let (sent, received) = (send(total(outgoing)), recv(total(incoming)));
     let (outgoing, incoming) = (parts(Region::Send, outgoing), parts(Region::Recv, incoming));
-    let algorithm = select::alltoall(largest, placement.is_some(), ranks_on_host)?;
+    let algorithm = select::alltoall(largest, placement.is_some(), ranks_on_host, shares)?;
     // Across hosts, ranks whose blocks straddle the leaders' limit would run two plans that
     // do not meet: there, chosen by length, both are marked, and the pairwise plan starts
     // with the leaders' plan's messages, empty, after which every rank has heard from every
@@ -636,7 +638,8 @@ mod tests {
 
     /// The ranks' plans of an all-to-all of `block(r)`-byte blocks on `n` ranks, where rank
     /// r shares its host with `on_host(r)` of them, and `placement` is their hosts, if the
-    /// plans are told them.
+    /// plans are told them; no rank shares its CPUs (which `select`'s own test covers), so
+    /// that the plans do not depend on this host's.
     fn all_to_all_plans(
         n: u32,
         block: impl Fn(u32) -> usize,
@@ -648,7 +651,9 @@ mod tests {
                 let (me, block) = (Ranks { rank, size: n }, block(rank));
                 let equal = equal_parts(block, n);
                 let placement = placement.map(Placement::new);
-                all_to_all(me, &equal, &equal, block, placement, on_host(rank)).expect("a plan")
+                let shares = false;
+                all_to_all(me, &equal, &equal, block, placement, on_host(rank), shares)
+                    .expect("a plan")
             })
             .collect()
     }
@@ -756,7 +761,11 @@ mod tests {
                     let placement = Some(Placement::new(host_of));
                     let on_host = host_of.iter().filter(|&&h| h == host_of[me.rank as usize]);
                     let on_host = on_host.count() as u32;
-                    all_to_all(me, &equal, &equal, block, placement, on_host).expect("a plan")
+                    // Odd ranks share their CPUs: long blocks go linearly there, pairwise on
+                    // the even ones, and the two still meet.
+                    let shares = me.rank % 2 == 1;
+                    all_to_all(me, &equal, &equal, block, placement, on_host, shares)
+                        .expect("a plan")
                 },
             );
         }

@@ -414,16 +414,25 @@ pub(crate) fn all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     };
     Call::kept(comm, shape, both(send, recv)?, datatype, true, || {
         let equal = build::equal_parts(block, comm.size);
-        let on_host = ranks_on_host(comm)?;
+        let (on_host, shares) = ranks_on_host(comm)?;
         let placement = placement(&hierarchy);
-        build::all_to_all(ranks(comm), &equal, &equal, block, placement, on_host)
+        build::all_to_all(
+            ranks(comm),
+            &equal,
+            &equal,
+            block,
+            placement,
+            on_host,
+            shares,
+        )
     })
 }
 
 /// How many of the communicator's ranks share this rank's host, as the PML's table of its
-/// ranks' hosts says (every rank's holds the same hosts); 1 where it knows none.
-fn ranks_on_host(comm: &CommData) -> Result<u32, Cause> {
-    with_engine_or_lent(|e| {
+/// ranks' hosts says (every rank's holds the same hosts; 1 where it knows none), and whether
+/// they outnumber the CPUs this rank may run on (`pml::config::shares_cores`).
+fn ranks_on_host(comm: &CommData) -> Result<(u32, bool), Cause> {
+    let on_host = with_engine_or_lent(|e| {
         let mine = e.host_of(comm.world_rank(comm.rank));
         Ok(match mine {
             None => 1,
@@ -431,7 +440,8 @@ fn ranks_on_host(comm: &CommData) -> Result<u32, Cause> {
                 .filter(|&r| e.host_of(comm.world_rank(r)) == mine)
                 .count() as u32,
         })
-    })
+    })?;
+    Ok((on_host, pml::config::shares_cores(on_host as usize)))
 }
 
 pub(crate) fn all_to_all_varcount<'a, S, R>(
@@ -457,8 +467,16 @@ where
     Call::parted(comm, shape, &lists, buffers, datatype, true, || {
         let (_, outgoing, incoming) = check_all_to_all_varcount(comm, send, recv)?;
         let largest = outgoing.iter().map(|p| p.1).max().unwrap_or(0);
-        let on_host = ranks_on_host(comm)?;
-        build::all_to_all(ranks(comm), &outgoing, &incoming, largest, None, on_host)
+        let (on_host, shares) = ranks_on_host(comm)?;
+        build::all_to_all(
+            ranks(comm),
+            &outgoing,
+            &incoming,
+            largest,
+            None,
+            on_host,
+            shares,
+        )
     })
 }
 

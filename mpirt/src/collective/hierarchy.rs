@@ -612,7 +612,7 @@ impl Hierarchy {
         // counts, and then nothing is written here).
         let partial = &mut release[STATUS..STATUS + len.min(SHARED_MAX)];
         let partial = self.leaders.is_some().then_some(partial);
-        let reduced = self.area.reduce(0, send, partial, datatype, op);
+        let reduced = self.area.reduce(0, send, partial, datatype, op, SHARED_MAX);
         let found = reduced.map_err(|c| self.named_here(c));
         let fine = self.finish(
             &mut release,
@@ -656,11 +656,13 @@ impl Hierarchy {
         let room = if shape.fits { shape.block } else { 0 };
         let part = &mut release[STATUS..STATUS + room];
         let part = self.leaders.is_some().then_some(part);
-        let gathered = self.area.to_root(0, send, part, SHARED_MAX, |phase, part| {
-            if shape.fits {
-                self.area.gather_into(phase, send, part);
-            }
-        });
+        let gathered = self
+            .area
+            .to_root(0, send, part, SHARED_MAX, |carried, part| {
+                if shape.fits {
+                    self.area.gather_into(carried.phase, send, part);
+                }
+            });
         let found = gathered.map_err(|c| self.named_here(c));
         let fine = self.finish(&mut release, found, len, shape, |blocks, result| {
             for (r, vector) in result.chunks_exact_mut(len.max(1)).enumerate() {

@@ -387,11 +387,18 @@ pub(crate) enum Alltoall {
 /// leader's bottleneck (Open MPI's coll/han pairs every rank with one on each other host
 /// instead of one leader a host, and needs single-copy mapping of the peers' buffers).
 /// Longer blocks go pairwise, unless `ranks_on_host` of the communicator's ranks share this
-/// rank's host, at least `ALLTOALL_LINEAR_RANKS` (1 where the hosts are not known).
+/// rank's host, at least `ALLTOALL_LINEAR_RANKS` (1 where the hosts are not known), or this
+/// rank `shares` its CPUs with other ranks (`pml::config::shares_cores`): then each pairwise
+/// step waits for a peer that is mostly not running, and a rank that posted every message
+/// takes them as its peers come (OSU's all-to-all on 2 AMD EPYC CPUs, medians of 5 runs,
+/// load 5-7, linear forced: 4 ranks, 32 and 64 KiB blocks, pairwise 68 and 342 us, linear
+/// 34 and 51; 8 ranks, 16, 32 and 64 KiB, pairwise 782, 688 and 1078 us, linear 247, 385
+/// and 387). The two send the same messages, so ranks that choose differently still meet.
 pub(crate) fn alltoall(
     block_bytes: usize,
     across_hosts: bool,
     ranks_on_host: u32,
+    shares: bool,
 ) -> Result<Alltoall, Cause> {
     Ok(match ALLTOALL.forced()? {
         Some("pairwise") => Alltoall::Pairwise,
@@ -399,7 +406,7 @@ pub(crate) fn alltoall(
         // "shared_memory": for blocks too long for the area.
         _ if block_bytes <= ALLTOALL_SHORT && across_hosts => Alltoall::Hierarchical,
         _ if block_bytes <= ALLTOALL_SHORT => Alltoall::Linear,
-        _ if ranks_on_host >= ALLTOALL_LINEAR_RANKS => Alltoall::Linear,
+        _ if ranks_on_host >= ALLTOALL_LINEAR_RANKS || shares => Alltoall::Linear,
         _ => Alltoall::Pairwise,
     })
 }
@@ -498,4 +505,29 @@ pub(crate) fn reduce_scatter(
         Some("ring" | "shared_memory") | None if commutative => ReduceScatter::Ring,
         _ => ReduceScatter::ReduceThenScatter,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// All-to-all blocks past `ALLTOALL_SHORT` go linearly where this rank shares its CPUs
+    /// with other ranks of its host or many ranks share it, and pairwise otherwise; shorter
+    /// ones go linearly either way.
+    #[test]
+    fn longer_all_to_all_blocks_go_linearly_where_ranks_share_cpus() {
+        if ALLTOALL.forced().ok().flatten().is_some() {
+            println!("skipped: MPIRT_COLL_ALLTOALL forces an algorithm");
+            return;
+        }
+        let chosen = |block, on_host, shares| alltoall(block, false, on_host, shares).unwrap();
+        assert_eq!(chosen(32 << 10, 4, true), Alltoall::Linear);
+        assert_eq!(chosen(ALLTOALL_SHORT + 1, 8, true), Alltoall::Linear);
+        assert_eq!(chosen(32 << 10, 4, false), Alltoall::Pairwise);
+        assert_eq!(
+            chosen(32 << 10, ALLTOALL_LINEAR_RANKS, false),
+            Alltoall::Linear
+        );
+        assert_eq!(chosen(ALLTOALL_SHORT, 4, false), Alltoall::Linear);
+    }
 }

@@ -40,9 +40,12 @@
 //! buffer, its first call every rank's whole length, and each rank waits only in the rounds
 //! that carry its block (a reduce-scatter folds its part of every rank's, in rank order).
 //!
-//! The ranks of a reduction or a gather whose vectors are too long for the area wait for the
+//! A reduction's or a gather's vectors past `SEGMENT` (from three ranks on, [`rooted_max`]) go
+//! in rounds the same way, which only the root waits for. The ranks of a reduction or a
+//! gather whose vectors are too long for the area, or take more than one round, wait for the
 //! root's verdict (published once it has seen every length): all too long, by messages
-//! together, or the lengths disagree, an error.
+//! together; the lengths disagree, an error; else the rounds follow, so that every rank
+//! takes as many calls as the root.
 //!
 //! A rank that has waited long enough (spinning where every rank has a CPU, yielding its CPU
 //! between polls where they share CPUs, as Open MPI's ranks do when oversubscribed) sleeps on
@@ -110,7 +113,7 @@ use super::{blocking, calls, select};
 /// Longest buffer, in bytes, a rank writes into its cell in one call (a broadcast's or a
 /// scatter's root its whole buffer, an all-to-all's or a reduce-scatter's ranks theirs, a
 /// block per rank); longer broadcasts, all-to-alls and reduce-scatters may go in segments,
-/// and a gather's vectors up to a whole cell from 3 ranks on ([`gather_max`]).
+/// and a gather's or a reduction's vectors in rounds from 3 ranks on ([`rooted_max`]).
 pub(crate) const SHARED_MAX: usize = 4096;
 /// The bytes a cell holds: `SHARED_MAX` for a call that fits the area, or one segment of a
 /// long broadcast or one round of an all-to-all or a reduce-scatter (MPICH's release-gather
@@ -204,9 +207,9 @@ const DISAGREED: u64 = 3;
 const REFUSED: u64 = u64::MAX;
 
 /// One round of [`Area::in_rounds`] as a rank that wants some of its bytes sees it.
-struct Carried {
+pub(super) struct Carried {
     /// The cells of the round's call, which every rank has published.
-    phase: usize,
+    pub(super) phase: usize,
     /// The bytes of every rank's `send` this rank uses in this round.
     wanted: std::ops::Range<usize>,
     /// Where they start in this rank's range, and in the round's bytes.
@@ -394,19 +397,26 @@ fn released_by_rank_0(size: u32, shares: bool) -> bool {
     size > 2 && shares
 }
 
-/// The longest vector, in bytes, a gather's rank sends through the area on a communicator of
-/// `size` ranks: a cell's whole `SEGMENT` from 3 ranks on, where the ranks other than the root
-/// leave once their vector is in their cell, instead of waiting for the root's verdict and
-/// then sending by messages (4 and 8 ranks on 2 CPUs, 8 and 16 KiB: 0.68-5.95x Open MPI's
-/// time by messages, 0.07-0.13x through the area; REPORT.md). Two ranks keep their messages
-/// from 4 KiB, which a tree's leaf sends from its own buffer (one copy, where the area's cell
+/// The longest vector, in bytes, a gather's or a reduction's rank sends through the area on a
+/// communicator of `size` ranks: from 3 ranks on, up to [`ROOTED_MOST`], in rounds past a
+/// cell's `SEGMENT` ([`Area::to_root`]), where the ranks other than the root leave once their
+/// vector is in their cells, instead of waiting for the root's verdict and then sending by
+/// messages (4 and 8 ranks on 2 CPUs, gathers of 8 and 16 KiB: 0.68-5.95x Open MPI's time by
+/// messages, 0.07-0.13x through the area; REPORT.md). Two ranks keep their messages from
+/// 4 KiB, which a tree's leaf sends from its own buffer (one copy, where the area's cell
 /// costs two).
-fn gather_max(size: u32) -> usize {
+fn rooted_max(size: u32) -> usize {
     match size {
         0..=2 => SHARED_MAX,
-        _ => SEGMENT,
+        _ => ROOTED_MOST,
     }
 }
+
+/// The longest vector of a gather or a reduction through the area from three ranks on: four
+/// rounds, half of a rank's cells, so that the others may still run a call ahead of the root.
+/// Past it a reduction's messages go by reduce-scatter and gather (`select::REDUCE_LONG`), and
+/// a gather's root copies each rank's vector once, by CMA, where the area copies it twice.
+const ROOTED_MOST: usize = 64 << 10;
 
 /// What a rank other than a root makes of the length `published` by `root` in its cell,
 /// where this rank expects `len` bytes: a refusal or another length is an error, a length
@@ -1300,7 +1310,8 @@ impl Area {
     }
 
     /// The reduction of every rank's `send` in the root's `recv` (`Some` on the root only);
-    /// `false`, with nothing reduced, when every rank's vector is too long for the area.
+    /// `false`, with nothing reduced, when every rank's vector is longer than `most` (the
+    /// same on every rank; past `SEGMENT`, in rounds: [`Area::to_root`]).
     pub(super) fn reduce(
         &self,
         root: u32,
@@ -1308,10 +1319,38 @@ impl Area {
         recv: Option<&mut [u8]>,
         datatype: Datatype,
         op: &dyn Operation,
+        most: usize,
     ) -> Result<bool, Cause> {
-        self.to_root(root, send, recv, SHARED_MAX, |phase, recv| {
-            self.fold(phase, send, recv, datatype, op)
-        })
+        let element = datatype.size();
+        if send.len() <= SEGMENT || element == 0 || SEGMENT.is_multiple_of(element) {
+            // One round, or rounds that end between elements: each round's bytes fold on
+            // their own.
+            return self.to_root(root, send, recv, most, |carried, recv| {
+                let into = &mut recv[carried.into..carried.into + carried.wanted.len()];
+                self.fold_from(into, datatype, op, |r| carried.of(self, r, send));
+            });
+        }
+        // Rounds end inside elements, which an operation takes whole: the root copies every
+        // rank's vector out round by round, then folds them at once. The rounds are the same
+        // whatever the element, so the ranks stay in step.
+        let Some(recv) = recv else {
+            return self.to_root(root, send, None, most, |_, _| {});
+        };
+        let len = send.len();
+        let room = if len <= most {
+            self.size as usize * len
+        } else {
+            0
+        };
+        let mut vectors = vec![0u8; room];
+        let gathered = self.to_root(root, send, Some(&mut vectors[..]), most, |carried, all| {
+            self.gather_round(carried, send, all)
+        })?;
+        if gathered {
+            let of = |r: u32| &vectors[r as usize * len..(r as usize + 1) * len];
+            self.fold_from(recv, datatype, op, of);
+        }
+        Ok(gathered)
     }
 
     /// Every rank's `send` in rank order in the root's `recv` (`Some` on the root only);
@@ -1322,50 +1361,97 @@ impl Area {
         send: &[u8],
         recv: Option<&mut [u8]>,
     ) -> Result<bool, Cause> {
-        self.to_root(root, send, recv, gather_max(self.size), |phase, recv| {
-            self.gather_into(phase, send, recv)
+        self.to_root(root, send, recv, rooted_max(self.size), |carried, recv| {
+            self.gather_round(carried, send, recv)
         })
     }
 
+    /// The bytes a round of [`Area::to_root`] carries of every rank's `send`, each in its
+    /// rank's block of `recv`.
+    fn gather_round(&self, carried: &Carried, send: &[u8], recv: &mut [u8]) {
+        let len = send.len();
+        for r in 0..self.size {
+            let at = r as usize * len + carried.into;
+            recv[at..at + carried.wanted.len()].copy_from_slice(carried.of(self, r, send));
+        }
+    }
+
     /// A call whose ranks publish `send`, all of one length, for the root alone, which hands
-    /// the cells' phase and its `recv` to `finish` once every rank has published; `false`,
-    /// with nothing finished, when every rank's vector is longer than `most` (at most
-    /// `SEGMENT`: then they go by messages). A rank
-    /// whose vector fit leaves once it is published; one whose vector did not waits for the
-    /// root's verdict (by messages together, or an error: the lengths disagree), which the
-    /// root gives once it has seen every length.
+    /// each round's bytes of every rank's (a [`Carried`] of the whole vector) and its `recv`
+    /// to `finish` once every rank has published them; `false`, with nothing finished, when
+    /// every rank's vector is longer than `most` (the same on every rank: then they go by
+    /// messages). A vector past `SEGMENT` goes in rounds of `SEGMENT` bytes, a call each, the
+    /// first saying the whole length.
+    ///
+    /// A rank other than the root whose vector fit one round leaves once it is published.
+    /// One whose vector did not fit the area, or needs more rounds, waits for the root's
+    /// verdict, which the root gives once it has seen every length: by messages together, an
+    /// error (the lengths disagree), or, for the rounds, in the area; so that every rank
+    /// takes as many calls as the root, whatever lengths the others said (one, after a
+    /// disagreement). That wait meets the root once where messages would (a rendezvous
+    /// per vector, and up a tree), and the rank leaves as soon as its rounds are written.
     pub(super) fn to_root(
         &self,
         root: u32,
         send: &[u8],
         recv: Option<&mut [u8]>,
         most: usize,
-        finish: impl FnOnce(usize, &mut [u8]),
+        mut finish: impl FnMut(&Carried, &mut [u8]),
     ) -> Result<bool, Cause> {
+        let len = send.len();
+        let fits = len <= most;
+        let rounds = if fits {
+            len.div_ceil(SEGMENT).max(1)
+        } else {
+            1
+        };
+        let is_root = recv.is_some();
+        // The root's own vector goes straight from `send` (`Carried::of`): its cell carries
+        // only its length.
+        let first = if fits && !is_root {
+            len.min(SEGMENT)
+        } else {
+            0
+        };
         let (call, phase) = self.next_call();
-        let fits = self.contribute_with(call, phase, send.len(), most, |cell| {
-            cell.copy_from_slice(send)
+        self.fill(call, phase, len as u64, first, |cell| {
+            cell.copy_from_slice(&send[..first])
         })?;
         let root_flag = self.cell(root, phase).0;
         let Some(recv) = recv else {
-            if fits {
+            if fits && rounds == 1 {
                 return Ok(true);
             }
             self.wait_for(&root_flag.verdict, call * VERDICTS)?;
             return match root_flag.verdict.load(Ordering::Acquire) % VERDICTS {
-                BY_MESSAGES => Ok(false),
-                _ if root_flag.len.load(Ordering::Relaxed) == REFUSED => {
-                    Err(Cause::PeerRefused { peer: root as i32 })
+                // The root found every length this rank's, which fit.
+                IN_AREA => {
+                    for round in 1..rounds {
+                        let (call, phase) = self.next_call();
+                        let carried = round * SEGMENT..((round + 1) * SEGMENT).min(len);
+                        self.fill(call, phase, len as u64, carried.len(), |cell| {
+                            cell.copy_from_slice(&send[carried.clone()])
+                        })?;
+                    }
+                    Ok(true)
                 }
-                _ => Err(Cause::LengthDisagrees {
-                    peer: root as i32,
-                    expected: send.len(),
-                    got: root_flag.len.load(Ordering::Relaxed) as usize,
+                BY_MESSAGES => Ok(false),
+                _ => Err(match root_flag.len.load(Ordering::Relaxed) {
+                    REFUSED => Cause::PeerRefused { peer: root as i32 },
+                    same if same == len as u64 => Cause::PeerArguments(
+                        "the root found another rank's arguments not its own (the root's \
+                         error names that rank)",
+                    ),
+                    got => Cause::LengthDisagrees {
+                        peer: root as i32,
+                        expected: len,
+                        got: got as usize,
+                    },
                 }),
             };
         };
         self.wait_for_all(call, phase)?;
-        let disagreement = self.disagreement(phase, send.len());
+        let disagreement = self.disagreement(phase, len);
         let verdict = match (&disagreement, fits) {
             (Some(_), _) => DISAGREED,
             (None, false) => BY_MESSAGES,
@@ -1375,10 +1461,33 @@ impl Area {
         if let Some(cause) = disagreement {
             return Err(cause);
         }
-        if fits {
-            finish(phase, recv);
+        if !fits {
+            return Ok(false);
         }
-        Ok(fits)
+        for round in 0..rounds {
+            let phase = if round == 0 {
+                phase
+            } else {
+                // The root's flag for each later round says only that it is here, so that
+                // the ranks' counts of calls, and the cells' turns, stay in step.
+                let (call, phase) = self.next_call();
+                self.say(call, phase, len as u64)?;
+                self.wait_for_all(call, phase)?;
+                phase
+            };
+            let carried = round * SEGMENT..((round + 1) * SEGMENT).min(len);
+            finish(
+                &Carried {
+                    phase,
+                    into: carried.start,
+                    from: 0,
+                    carried: carried.len(),
+                    wanted: carried,
+                },
+                recv,
+            );
+        }
+        Ok(true)
     }
 
     /// Every rank's `send`, of any length, in its part of the root's `recv` (`Some` on the
@@ -2102,7 +2211,10 @@ pub(crate) fn try_reduce(
     };
     let wanted = select::reduce_in_shared_memory();
     let reduced = match meeting(comm, operation, wanted, datatype, send.len())? {
-        Meeting::Area(area) => area.reduce(root, send, recv, datatype, op),
+        Meeting::Area(area) => {
+            let most = rooted_max(area.size);
+            area.reduce(root, send, recv, datatype, op, most)
+        }
         Meeting::Hierarchy(parts) if parts.serves(op.is_commutative()) => {
             parts.reduce(send, recv, datatype, op)
         }
