@@ -1,5 +1,5 @@
-//! The two libfabric settings mpirt chooses for its OFI transport, which libfabric 1.17 takes
-//! only from the environment: `fi_param_get` reads them with `getenv`
+//! The environment settings mpirt chooses for libfabric. Two are for its OFI transport, which
+//! libfabric 1.17 takes only from the environment: `fi_param_get` reads them with `getenv`
 //! (`rdma/providers/fi_prov.h`: "configuration parameter will only be read from the
 //! environment"), no call sets one, and no `fi_getinfo` hint carries them.
 //!
@@ -12,9 +12,18 @@
 //!   named): without a shared receive context 1.17's rxm crashes closing its endpoint now and
 //!   then (see pml's OFI `environment::check_provider`). rxm reads it when it opens one.
 //!
-//! A value the user set, 0 included, is theirs. rsrun puts both into each rank's environment
-//! as it starts it ([`settings`]), so its ranks change no environment. Under other launchers
-//! (srun, mpirun, Hydra) mpirt's `initialize` sets them ([`prepare_environment`]) before
+//! The third is for a library that loads with libfabric:
+//!
+//! - `IPATH_NO_BACKTRACE=1`, whatever the transport: Debian's libfabric links libinfinipath
+//!   (through its psm provider), whose constructor otherwise claims SIGTERM, SIGINT and the
+//!   fault signals as the process loads, and exits from inside its handler on SIGTERM,
+//!   racing the rank's other threads (see pml's `ofi::signals`). Open MPI's launcher sets it
+//!   too. Only a launcher can ([`launcher_settings`]): the library reads it before `main`, so
+//!   an `initialize` under another launcher puts the signals' default actions back instead.
+//!
+//! A value the user set, 0 included, is theirs. rsrun puts all three into each rank's
+//! environment as it starts it ([`launcher_settings`]), so its ranks change no environment.
+//! Under other launchers (srun, mpirun, Hydra) mpirt's `initialize` sets the first two ([`prepare_environment`]) before
 //! libfabric loads: once its PMI-1 or PMI-2 bootstrap, which starts no thread, has the job's
 //! size, or under PMIx, whose client starts one, before it connects, sized by the launcher's
 //! variables ([`prepare_before_bootstrap`]); and only while the process runs one thread:
@@ -30,6 +39,7 @@ use crate::vars;
 
 pub const UNIVERSE_SIZE: &str = "FI_UNIVERSE_SIZE";
 pub const RXM_USE_SRX: &str = "FI_OFI_RXM_USE_SRX";
+pub const NO_BACKTRACE: &str = "IPATH_NO_BACKTRACE";
 
 /// Why [`prepare_environment`] set nothing, for the error of a provider that needed it.
 static NOT_SET: OnceLock<String> = OnceLock::new();
@@ -55,6 +65,19 @@ pub fn settings(
     .flatten()
     .filter(|(name, _)| var(name).is_none())
     .collect()
+}
+
+/// What a launcher gives each rank: [`settings`], and [`NO_BACKTRACE`] whatever the
+/// transport (unless `var` sets it), which only a launcher can set in time.
+pub fn launcher_settings(
+    var: impl Fn(&str) -> Option<String>,
+    ranks: Option<u32>,
+) -> Vec<(&'static str, String)> {
+    let mut all = settings(&var, ranks);
+    if var(NO_BACKTRACE).is_none() {
+        all.push((NO_BACKTRACE, "1".to_string()));
+    }
+    all
 }
 
 /// Before the bootstrap connects: where it is PMIx's, whose client starts a thread, calls
@@ -136,6 +159,26 @@ mod tests {
         assert_eq!(settings_of(&[("MPIRT_TRANSPORT", "tcp")], Some(3)), []);
         let own = [("FI_UNIVERSE_SIZE", "64"), ("FI_OFI_RXM_USE_SRX", "0")];
         assert_eq!(settings_of(&own, Some(3)), []);
+    }
+
+    #[test]
+    fn a_launcher_also_keeps_libinfinipath_off_the_signals_unless_the_user_chose() {
+        let map = |env: &'static [(&str, &str)]| {
+            move |name: &str| {
+                env.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let tcp = launcher_settings(map(&[("MPIRT_TRANSPORT", "tcp")]), Some(3));
+        assert_eq!(tcp, [(NO_BACKTRACE, "1".to_string())]);
+        let ofi = launcher_settings(map(&[("MPIRT_OFI_PROVIDER", "shm")]), Some(3));
+        assert_eq!(
+            ofi,
+            [(UNIVERSE_SIZE, "3".to_string()), (NO_BACKTRACE, "1".into())]
+        );
+        let own = launcher_settings(map(&[("IPATH_NO_BACKTRACE", "0")]), None);
+        assert_eq!(own, [(RXM_USE_SRX, "1".to_string())]);
     }
 
     /// With a second thread alive, nothing is set, and why is kept.

@@ -315,6 +315,11 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         return None;
     }
     EPOCH.get_or_init(Instant::now);
+    // Before anything else: libinfinipath, loaded with libfabric, turns SIGTERM into an
+    // exit from inside its handler, racing this rank's other threads (see pml's
+    // `ofi::signals`); rsrun's ranks are spared by IPATH_NO_BACKTRACE, any other's here.
+    #[cfg(feature = "ofi")]
+    pml::transport::ofi::signals::restore_defaults();
     // libfabric takes its settings from the environment only, before it loads, and they
     // are set only while this process runs one thread: before a PMIx bootstrap (its client
     // starts one), else once the bootstrap knows the job's size.

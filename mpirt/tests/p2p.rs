@@ -107,6 +107,20 @@ fn rank_mode() {
             }
             world.process_at_rank(1).receive::<u8>();
         }
+        "terminated" => {
+            // The last rank sends its own process SIGTERM, as a launcher tearing a job down
+            // does, after wire-up; any other waits for it (over OFI, inside libfabric).
+            world.barrier();
+            let last = world.size() - 1;
+            if world.rank() == last {
+                // SAFETY: kill(2) of this process with a valid signal number.
+                unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+                std::thread::sleep(std::time::Duration::from_secs(60));
+                eprintln!("rank {last} outlived its SIGTERM");
+            } else {
+                world.process_at_rank(last).receive::<u8>();
+            }
+        }
         "abort" => {
             world.barrier();
             if world.rank() == 1 {
@@ -2007,6 +2021,54 @@ on_each_wire! {
             .collect();
         assert!(left.is_empty(), "left in /dev/shm: {left:?}");
     }
+}
+
+/// A rank sent SIGTERM dies of it, not of an exit from libinfinipath's handler (which loads
+/// with libfabric and ran the process's exit in whichever thread took the signal, racing the
+/// rank's thread inside libfabric: pml's `ofi::signals`). Under rsrun over OFI, whose ranks
+/// rsrun starts with IPATH_NO_BACKTRACE (rsrun then exits with the code of that death); and
+/// as a singleton, as under any other launcher, where `initialize` takes the signals back.
+/// Before, each exited with status 1.
+#[cfg(feature = "ofi")]
+#[test]
+fn a_terminated_rank_dies_of_sigterm_beside_ofi() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut singleton = Command::new(env::current_exe().unwrap());
+    singleton.args(RANK_MODE_ARGS).env(RANK_MODE, "terminated");
+    for var in [
+        "MPIRT_RANK",
+        "MPIRT_SIZE",
+        "MPIRT_KVS_ADDR",
+        "MPIRT_JOB_ID",
+        "IPATH_NO_BACKTRACE",
+    ] {
+        singleton.env_remove(var);
+    }
+    let output = run_limited(singleton);
+    let (stdout, stderr) = text(&output);
+    assert_eq!(
+        output.status.signal(),
+        Some(libc::SIGTERM),
+        "a singleton: {:?}\n{stdout}\n{stderr}",
+        output.status
+    );
+    if native_transports_only() {
+        return;
+    }
+    if common::test_launcher() != common::TestLauncher::Rsrun {
+        println!("the job's part is skipped: it reads rsrun's report of each rank's end");
+        return;
+    }
+    let output = job(Wire::Ofi, 2, "terminated", &[]);
+    let (stdout, stderr) = text(&output);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    Wire::Ofi.assert_used(2, &stderr);
+    assert!(
+        stderr.lines().any(|l| l.starts_with("rsrun: rank 1 (pid ")
+            && l.ends_with(") killed by signal 15 (SIGTERM)")),
+        "{stderr}"
+    );
+    assert_eq!(output.status.code(), Some(128 + libc::SIGTERM), "{stderr}");
 }
 
 /// A rank killed with SIGKILL, whose peer waits for it, ends the job with a non-zero exit

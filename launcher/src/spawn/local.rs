@@ -146,7 +146,9 @@ pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> 
         cmd.env(name, value.to_string());
     }
     // libfabric's settings for mpirt's OFI transport, here so that no rank need change its
-    // own environment (see bootstrap's `libfabric`); what the rank's environment sets wins.
+    // own environment, and the one that keeps libinfinipath off the rank's signals, which
+    // only a launcher can set (see bootstrap's `libfabric`); what the rank's environment
+    // sets wins.
     let rank_var = |name: &str| {
         spec.env
             .iter()
@@ -155,7 +157,7 @@ pub fn spawn_rank(spec: &LaunchSpec<'_>, slot: Slot) -> io::Result<RankProcess> 
             .map(|(_, v)| v.to_string_lossy().into_owned())
             .or_else(|| std::env::var(name).ok())
     };
-    for (name, value) in bootstrap::libfabric::settings(rank_var, Some(spec.size)) {
+    for (name, value) in bootstrap::libfabric::launcher_settings(rank_var, Some(spec.size)) {
         cmd.env(name, value);
     }
     let pinned = spec.binding.cpus_of(slot.local_rank, slot.local_size);

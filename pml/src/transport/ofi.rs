@@ -38,6 +38,7 @@ mod fabric;
 mod memory;
 mod one_sided;
 mod provider;
+pub mod signals;
 mod sys;
 
 use std::collections::VecDeque;
