@@ -3957,9 +3957,20 @@ fn tree_parent(v: u32) -> u32 {
     v & (v - 1)
 }
 
+/// The rank a broadcast by messages from rank 0 reaches rank `v` (not 0) of `size` through:
+/// the root itself on up to 4 ranks (the linear broadcast, `select::broadcast`), else `v`'s
+/// binomial tree parent.
+fn broadcast_parent(size: u32, v: u32) -> u32 {
+    match size {
+        ..=4 => 0,
+        _ => tree_parent(v),
+    }
+}
+
 /// Relays by messages (immediate calls go by messages on every placement) whose length
 /// disagrees with the others': a broadcast tree's relay (rank size / 2, which passes the
-/// root's vector to the ranks above it), a reduction tree's (which passes its children's
+/// root's vector to the ranks above it; on 4 ranks the broadcast goes straight from the root,
+/// and the ranks above it finish with the root's bytes), a reduction tree's (which passes its children's
 /// sums on to the root), and on 8 ranks a long broadcast's (scattered down the tree, then
 /// passed round a ring). Each rank that finishes a broadcast holds the root's bytes; the
 /// reduction's root must fail.
@@ -5165,10 +5176,10 @@ fn lengths_disagreeing_in_segmented_calls_are_an_error() {
             };
             // By messages (the root past the area's limit for fewer than 8 ranks, 64 KiB;
             // every length here past the hierarchy's, 4080 bytes) the last rank hears from
-            // its tree parent; through the area, from the root.
+            // the rank the broadcast reaches it through; through the area, from the root.
             let through_messages = (size < 8 && sent > 65536) || by_messages;
             expected.push(named(if through_messages {
-                tree_parent(last)
+                broadcast_parent(size, last)
             } else {
                 0
             }));
@@ -5184,14 +5195,17 @@ fn lengths_disagreeing_in_segmented_calls_are_an_error() {
                 "{what}: rank {relay}: immediate_broadcast_into: rank 0 sent {sent} bytes where \
                  this rank expected {read}: {disagree}"
             ));
-            expected.extend((relay + 1..size).map(|rank| {
-                let parent = tree_parent(rank);
-                format!(
+            expected.extend(
+                (relay + 1..size).map(|rank| match broadcast_parent(size, rank) {
+                    // Straight from the root: the ranks above the relay finish with its bytes.
+                    0 => format!("{what}: rank {rank}: ok"),
+                    parent => format!(
                     "{what}: rank {rank}: immediate_broadcast_into: rank {parent} sent 0 bytes \
                      where this rank expected {sent}: {}",
                     passes_nothing(parent)
-                )
-            }));
+                ),
+                }),
+            );
         }
         if size >= 8 {
             // Rank 4's part of the scatter is the second half of its own length.
