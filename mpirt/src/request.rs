@@ -212,14 +212,17 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         self.pending.as_mut().expect("an unfinished request")
     }
 
-    /// The engine's handle of a point-to-point request still in the engine.
-    fn handle(&self) -> Option<Handle> {
-        match self.pending.as_ref().expect("an unfinished request") {
+    /// The engine's handles this request waits for, into `into`: a point-to-point request's
+    /// still in the engine, or a direct immediate collective's transfers in flight (an
+    /// execution's steps tell a wait when it finishes instead: `progress::take_finished`).
+    fn awaited(&mut self, into: &mut Vec<Handle>) {
+        match self.pending.as_mut().expect("an unfinished request") {
             Pending::Message(Message {
                 outcome: Outcome::Engine(handle),
                 ..
-            }) => Some(*handle),
-            _ => None,
+            }) => into.push(*handle),
+            Pending::Collective(running) => running.awaited(into),
+            Pending::Message(_) => {}
         }
     }
 
@@ -470,7 +473,10 @@ fn wait_for_one<'a, D: ?Sized, S: Scope<'a>>(
         if let Some(i) = requests.iter_mut().position(|r| r.is_complete()) {
             return i;
         }
-        let handles: Vec<Handle> = requests.iter().filter_map(|r| r.handle()).collect();
+        let mut handles: Vec<Handle> = Vec::new();
+        for request in requests.iter_mut() {
+            request.awaited(&mut handles);
+        }
         // The wait steps every immediate collective in flight, those outside the set too (a
         // peer may wait for their next round before it sends what one of these waits for),
         // and returns once one of the messages finished or a collective did: the collective

@@ -1473,6 +1473,7 @@ fn immediates(world: &SimpleCommunicator) {
     }
     mixed_types_broadcast(world);
     in_any_order(world);
+    short_calls_in_any_order(world);
     finished_as_started(world);
     varcount_immediates(world);
     mixed_requests(world);
@@ -2223,6 +2224,87 @@ fn finished_as_started(world: &SimpleCommunicator) {
 /// blocking collective while its immediate barrier is unfinished: waiting on any collective
 /// moves the others on, so none of this can deadlock (the barrier has several rounds from 3
 /// ranks up).
+/// Short immediate calls of every kind in flight at once, of 8 and 256 bytes a rank, then
+/// finished in whatever order `test_any` and `wait_any` find them. On 2 ranks each goes
+/// direct (its request holds its transfers, `collective::schedule::direct`), and those waits
+/// wait on the transfers of the calls in their set; on 4, the broadcast and all-to-all do.
+fn short_calls_in_any_order(world: &SimpleCommunicator) {
+    let (n, me) = (world.size(), world.rank());
+    let nu = n as usize;
+    let root = world.process_at_rank(n - 1);
+    let is_root = me == n - 1;
+    for count in [2usize, 64] {
+        let mine = contribution(me, count, int);
+        let blocks = contribution(me, count * nu, int);
+        let mut bcast = match is_root {
+            true => contribution(me, count, int),
+            false => vec![0; count],
+        };
+        let (mut summed, mut gathered) = (vec![0; count], vec![0; count * nu]);
+        let (mut swapped, mut block) = (vec![0; count * nu], vec![0; count]);
+        let (mut reduced, mut at_root) = (vec![0; count], vec![0; count * nu]);
+        let mut scattered = vec![0; count];
+        request::scope(|scope| {
+            let sum = SystemOperation::sum;
+            let mut pending = vec![
+                root.immediate_broadcast_into(scope, &mut bcast[..]),
+                world.immediate_all_reduce_into(scope, &mine[..], &mut summed[..], sum()),
+                world.immediate_all_gather_into(scope, &mine[..], &mut gathered[..]),
+                world.immediate_all_to_all_into(scope, &blocks[..], &mut swapped[..]),
+                world.immediate_reduce_scatter_block_into(
+                    scope,
+                    &blocks[..],
+                    &mut block[..],
+                    sum(),
+                ),
+            ];
+            if is_root {
+                pending.push(root.immediate_reduce_into_root(
+                    scope,
+                    &mine[..],
+                    &mut reduced[..],
+                    sum(),
+                ));
+                pending.push(root.immediate_gather_into_root(scope, &mine[..], &mut at_root[..]));
+                pending.push(root.immediate_scatter_into_root(
+                    scope,
+                    &blocks[..],
+                    &mut scattered[..],
+                ));
+            } else {
+                pending.push(root.immediate_reduce_into(scope, &mine[..], sum()));
+                pending.push(root.immediate_gather_into(scope, &mine[..]));
+                pending.push(root.immediate_scatter_into(scope, &mut scattered[..]));
+            }
+            let barrier = world.immediate_barrier();
+            while request::test_any(&mut pending).is_none() {}
+            while request::wait_any(&mut pending).is_some() {}
+            barrier.wait();
+        });
+        let what = format!("{count} elements, rank {me} of {n}");
+        assert_eq!(bcast, contribution(n - 1, count, int), "broadcast, {what}");
+        let whole = serial(0..n, count, int, i32::wrapping_add);
+        assert_eq!(summed, whole, "all-reduce, {what}");
+        let all: Vec<i32> = (0..n).flat_map(|r| contribution(r, count, int)).collect();
+        assert_eq!(gathered, all, "all-gather, {what}");
+        let mine_of =
+            |r: i32| contribution(r, count * nu, int)[me as usize * count..][..count].to_vec();
+        let expected: Vec<i32> = (0..n).flat_map(mine_of).collect();
+        assert_eq!(swapped, expected, "all-to-all, {what}");
+        let vectors = serial(0..n, count * nu, int, i32::wrapping_add);
+        assert_eq!(
+            block,
+            vectors[me as usize * count..][..count],
+            "reduce-scatter, {what}"
+        );
+        assert_eq!(scattered, mine_of(n - 1), "scatter, {what}");
+        if is_root {
+            assert_eq!(reduced, whole, "reduce, {what}");
+            assert_eq!(at_root, all, "gather, {what}");
+        }
+    }
+}
+
 fn in_any_order(world: &SimpleCommunicator) {
     let (n, me) = (world.size(), world.rank());
     let mut sum = 0;
@@ -3969,9 +4051,20 @@ fn tree_parent(v: u32) -> u32 {
     v & (v - 1)
 }
 
+/// The rank a broadcast by messages from rank 0 reaches rank `v` (not 0) of `size` through:
+/// the root itself on up to 4 ranks (the linear broadcast, `select::broadcast`), else `v`'s
+/// binomial tree parent.
+fn broadcast_parent(size: u32, v: u32) -> u32 {
+    match size {
+        ..=4 => 0,
+        _ => tree_parent(v),
+    }
+}
+
 /// Relays by messages (immediate calls go by messages on every placement) whose length
 /// disagrees with the others': a broadcast tree's relay (rank size / 2, which passes the
-/// root's vector to the ranks above it), a reduction tree's (which passes its children's
+/// root's vector to the ranks above it; on 4 ranks the broadcast goes straight from the root,
+/// and the ranks above it finish with the root's bytes), a reduction tree's (which passes its children's
 /// sums on to the root), and on 8 ranks a long broadcast's (scattered down the tree, then
 /// passed round a ring). Each rank that finishes a broadcast holds the root's bytes; the
 /// reduction's root must fail.
@@ -4301,11 +4394,13 @@ fn every_algorithm_forced() {
         ("MPIRT_COLL_SCATTER", "shared_memory"),
         ("MPIRT_COLL_REDUCE_SCATTER", "shared_memory"),
     ];
+    // The linear broadcast past the 4 ranks it is chosen on (the scatter and all-gather one
+    // runs forced on 7 ranks above).
     let third = [
         ("MPIRT_COLL_REDUCE", "reduce_scatter_gather"),
         ("MPIRT_COLL_ALLREDUCE", "ring"),
         ("MPIRT_COLL_ALLGATHER", "ring"),
-        ("MPIRT_COLL_BCAST", "scatter_allgather"),
+        ("MPIRT_COLL_BCAST", "linear"),
     ];
     ok_job(6, &first);
     ok_job(7, &second);
@@ -5175,10 +5270,10 @@ fn lengths_disagreeing_in_segmented_calls_are_an_error() {
             };
             // By messages (the root past the area's limit for fewer than 8 ranks, 64 KiB;
             // every length here past the hierarchy's, 4080 bytes) the last rank hears from
-            // its tree parent; through the area, from the root.
+            // the rank the broadcast reaches it through; through the area, from the root.
             let through_messages = (size < 8 && sent > 65536) || by_messages;
             expected.push(named(if through_messages {
-                tree_parent(last)
+                broadcast_parent(size, last)
             } else {
                 0
             }));
@@ -5194,14 +5289,17 @@ fn lengths_disagreeing_in_segmented_calls_are_an_error() {
                 "{what}: rank {relay}: immediate_broadcast_into: rank 0 sent {sent} bytes where \
                  this rank expected {read}: {disagree}"
             ));
-            expected.extend((relay + 1..size).map(|rank| {
-                let parent = tree_parent(rank);
-                format!(
+            expected.extend(
+                (relay + 1..size).map(|rank| match broadcast_parent(size, rank) {
+                    // Straight from the root: the ranks above the relay finish with its bytes.
+                    0 => format!("{what}: rank {rank}: ok"),
+                    parent => format!(
                     "{what}: rank {rank}: immediate_broadcast_into: rank {parent} sent 0 bytes \
                      where this rank expected {sent}: {}",
                     passes_nothing(parent)
-                )
-            }));
+                ),
+                }),
+            );
         }
         if size >= 8 {
             // Rank 4's part of the scatter is the second half of its own length.

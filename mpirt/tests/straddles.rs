@@ -251,6 +251,19 @@ fn straddles(world: &SimpleCommunicator) {
     }
 }
 
+/// The rank side of [`a_direct_call_that_hears_another_algorithm_goes_on_as_an_execution`]:
+/// a gather to rank 0 on 2 ranks whose rank 1's part is a byte longer than the limit's
+/// share, so that rank 1's whole vector chose the linear algorithm and the root's the
+/// binomial tree.
+fn hand_over(world: &SimpleCommunicator) {
+    let rank = world.rank();
+    let block = ROOTED_SHORT / 2;
+    let len = if rank == 1 { block + 1 } else { block };
+    report("hand-over gather", rank, call(world, "gather", len, block));
+    in_step(world, "hand-over gather");
+    println!("hand-over: rank {rank}: in step");
+}
+
 /// A rank out of step would read another call's bytes here.
 fn in_step(world: &SimpleCommunicator, after: &str) {
     let (rank, size) = (world.rank(), world.size());
@@ -273,6 +286,7 @@ fn rank_mode() {
     let world = universe.world();
     match mode.as_str() {
         "straddles" => straddles(&world),
+        "hand-over" => hand_over(&world),
         other => panic!("unknown rank mode {other}"),
     }
     println!("rank {} done", world.rank());
@@ -368,5 +382,39 @@ fn lengths_straddling_an_algorithm_limit_fail_on_every_rank_without_waiting() {
                 );
             }
         }
+    }
+}
+
+/// An immediate call whose transfers all go in one round (each rank's part of a short gather
+/// on 2 ranks) runs direct, without an execution (`collective::schedule::direct`); where its
+/// receive names another algorithm than its own, it goes on as an execution. Here the root,
+/// on the binomial tree, hears rank 1's linear algorithm's empty message up the tree: it must
+/// then send rank 1 the release down the tree that rank 1 waits for (a call that ended at
+/// that message would leave rank 1 waiting for ever), and both name the other algorithm (or
+/// the lengths), and go on in step.
+#[test]
+fn a_direct_call_that_hears_another_algorithm_goes_on_as_an_execution() {
+    if some_host_has_two(2) {
+        println!("skipped: 2 ranks on one test host gather through the host's leader");
+        return;
+    }
+    let (out, _) = ok_job_with(2, "hand-over", &[("MPIRT_STALL_TIMEOUT", "60")]);
+    let outcome = |rank: i32| {
+        let prefix = format!("straddle hand-over gather: rank {rank}: ");
+        let line = out.lines().find(|l| l.starts_with(&prefix));
+        line.unwrap_or_else(|| panic!("no outcome of rank {rank}:\n{out}"))
+    };
+    let root = outcome(0);
+    assert!(
+        root.contains(ALGORITHM) && root.contains("of the linear algorithm"),
+        "{root}"
+    );
+    let other = outcome(1);
+    assert!(NAMED.iter().any(|c| other.contains(c)), "{other}");
+    for rank in 0..2 {
+        assert!(
+            out.contains(&format!("hand-over: rank {rank}: in step")),
+            "{out}"
+        );
     }
 }

@@ -42,8 +42,10 @@ pub(crate) fn barrier(ranks: Ranks) -> Plan {
 ///
 /// [`Datatype::basic_size`]: crate::datatype::Datatype::basic_size
 ///
-/// Both algorithms start down the root's binomial tree, so a rank other than the root
-/// follows the algorithm its parent's message names where that is not its own.
+/// The tree's algorithms start down the root's binomial tree, so a rank other than the root
+/// follows the algorithm its parent's message names where that is not its own. The linear
+/// one is chosen by the number of ranks alone (`select::broadcast`), the same on every rank
+/// whatever its length.
 pub(crate) fn broadcast(
     ranks: Ranks,
     root: u32,
@@ -69,7 +71,11 @@ pub(crate) fn broadcast(
     Ok(p)
 }
 
-const BROADCASTS: [Broadcast; 2] = [Broadcast::Binomial, Broadcast::ScatterAllgather];
+const BROADCASTS: [Broadcast; 3] = [
+    Broadcast::Binomial,
+    Broadcast::ScatterAllgather,
+    Broadcast::Linear,
+];
 
 /// The broadcast algorithm of mark index `algorithm`, for a rank that follows its parent.
 fn broadcast_as(follow: &Follow, algorithm: usize) -> Plan {
@@ -91,6 +97,7 @@ fn broadcast_by(algorithm: Broadcast, ranks: Ranks, root: u32, len: usize, eleme
         Broadcast::ScatterAllgather => {
             tree::broadcast_scatter_allgather(&mut p, ranks, root, recv(len), element.max(1))
         }
+        Broadcast::Linear => exchange::linear_broadcast(&mut p, ranks, root, recv(len)),
     }
     p.mark(algorithm.marked());
     p

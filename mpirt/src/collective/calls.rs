@@ -4,6 +4,7 @@
 
 use crate::communicator::{CommData, Grid, Rank};
 use pml::Pml;
+use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ use super::build;
 use super::hierarchy::Hierarchy;
 use super::op::{Operation, Reduction};
 use super::plans::{Form, Key, Shape, Side, Sides};
-use super::schedule::{Buffers, Checked, Execution, Plan, Region, Span};
+use super::schedule::{Buffers, Checked, Direct, Execution, Plan, Region, Room, Span};
 use super::shared;
 
 /// What a collective call runs: its plan over its buffers.
@@ -90,6 +91,38 @@ impl<'a> Call<'a> {
                 self.datatype,
                 self.op,
             )
+        }
+    }
+}
+
+/// How an immediate call runs: its one round of transfers held by its request, or an
+/// execution.
+pub(crate) enum Begun<'a> {
+    Direct(Direct<'a>),
+    Execution(Execution<'a>),
+}
+
+impl<'a> Call<'a> {
+    /// The immediate call: direct where its plan and buffers let it ([`Direct::serves`]),
+    /// in `room`; else its execution.
+    ///
+    /// # Safety
+    /// As for [`start`](Self::start); `room` stays valid, and untouched but through the
+    /// call, until it is over (or dropped).
+    pub unsafe fn begin(self, comm: &CommData, room: NonNull<Room>) -> Begun<'a> {
+        match Direct::serves(&self.plan, &self.buffers, self.datatype, comm) {
+            // SAFETY: forwarded from this function's contract.
+            true => Begun::Direct(unsafe {
+                Direct::new(
+                    comm,
+                    self.plan,
+                    self.buffers,
+                    (self.datatype, self.op),
+                    room,
+                )
+            }),
+            // SAFETY: forwarded from this function's contract.
+            false => Begun::Execution(unsafe { self.start(comm) }),
         }
     }
 }

@@ -242,8 +242,7 @@ fn immediate<'a, D: ?Sized, Sc: Scope<'a>>(
     })?;
     // SAFETY: the buffers are borrowed for 'a (the one the request hands back lent to it),
     // and the scope does not let 'a end before the request completes.
-    let execution = unsafe { call.start(comm) };
-    let running = request::Running::start(execution, operation);
+    let running = unsafe { request::Running::start(call, comm, operation) };
     Ok(Request::collective(running, data, scope))
 }
 

@@ -76,6 +76,10 @@ use super::op::Reduction;
 use super::progress;
 use crate::communicator::CommData;
 
+mod direct;
+
+pub(crate) use direct::{Direct, Room, Stepped};
+
 /// Which buffer a span lies in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Region {
@@ -721,6 +725,8 @@ pub(crate) struct Checked {
     recv_len: usize,
     /// Whether it was checked for a commutative reduction only (or for no reduction).
     commutative: bool,
+    /// The plan's one round of transfers, where a direct call may run it.
+    direct: Option<usize>,
 }
 
 impl Checked {
@@ -729,6 +735,7 @@ impl Checked {
     pub fn new(plan: Plan, send_len: usize, recv_len: usize, commutative: bool) -> Checked {
         plan.check_spans(send_len, recv_len, commutative);
         Checked {
+            direct: plan.direct_round(),
             plan: Rc::new(plan),
             send_len,
             recv_len,
@@ -881,6 +888,258 @@ fn check_no_overlap(transfers: &[Transfer]) {
     }
 }
 
+/// Where a call's regions lie in memory: an execution's buffers, or a direct call's
+/// (`direct`).
+trait Regions {
+    /// The base pointer and length of a region.
+    fn region(&self, region: Region) -> (*mut u8, usize);
+
+    /// Where `span` starts.
+    fn pointer(&self, span: Span) -> *mut u8 {
+        let (base, _) = self.region(span.region);
+        // SAFETY: `check_spans` placed the span inside its region's allocation.
+        unsafe { base.add(span.offset) }
+    }
+}
+
+/// Transfers in flight, with room for a round's: an execution's list, or a direct call's.
+trait Posted {
+    fn push(&mut self, transfer: InFlight);
+    fn last(&self) -> Option<InFlight>;
+    fn pop(&mut self);
+    fn get(&self, i: usize) -> Option<InFlight>;
+    fn swap_remove(&mut self, i: usize);
+    fn is_empty(&self) -> bool;
+}
+
+impl Posted for Vec<InFlight> {
+    fn push(&mut self, transfer: InFlight) {
+        Vec::push(self, transfer);
+    }
+    fn last(&self) -> Option<InFlight> {
+        self.as_slice().last().copied()
+    }
+    fn pop(&mut self) {
+        Vec::pop(self);
+    }
+    fn get(&self, i: usize) -> Option<InFlight> {
+        self.as_slice().get(i).copied()
+    }
+    fn swap_remove(&mut self, i: usize) {
+        Vec::swap_remove(self, i);
+    }
+    fn is_empty(&self) -> bool {
+        Vec::is_empty(self)
+    }
+}
+
+/// Posts `round`'s receives, then its sends, on the call's `comm` and `tag` over `places`, into
+/// `posted`: in flight they are kept so that the first posted is collected last, and a
+/// blocking wait then sees the sends finish first. The sends carry the algorithms `noted`
+/// has seen in their mark, and once it is spoiled only the caller's own bytes (the module's
+/// notes).
+///
+/// # Safety
+/// `places`' buffers must stay valid, and the spans the receives land on untouched, until
+/// the transfers complete (their owner waits for them, or cancels and waits for them when
+/// abandoned).
+unsafe fn post(
+    round: &Round,
+    (comm, tag, noted): (&CommData, i32, &Noted),
+    places: &impl Regions,
+    posted: &mut impl Posted,
+) -> Result<(), Cause> {
+    let (context, rank) = (comm.context, comm.rank);
+    // Matching ignores the mark; receives are posted on the call's tag.
+    let marked_tag = noted.marked_tag(tag);
+    let spoiled = noted.spoiled.is_some();
+    for transfer in &round.transfers {
+        if let Transfer::Recv { from, span } = *transfer {
+            let ptr = places.pointer(span);
+            // SAFETY: the span lies in a buffer that stays valid and untouched until the
+            // receive completes (this function's contract).
+            let handle = with_engine_or_lent(|e| unsafe {
+                e.post_recv(
+                    context,
+                    SourceSel::Rank(from),
+                    TagSel::Tag(tag),
+                    ptr,
+                    span.len,
+                )
+            })?;
+            posted.push((handle, Some((from, span))));
+        }
+    }
+    for transfer in &round.transfers {
+        if let Transfer::Send { to, span } = *transfer {
+            let ptr = places.pointer(span);
+            let peer = comm.world_rank(to);
+            let len = if spoiled && span.region != Region::Send {
+                0
+            } else {
+                span.len
+            };
+            // SAFETY: as for receives; no receive of the round writes what a send reads
+            // (`check_no_overlap`), and locals run only once the round's transfers are done.
+            let handle = with_engine_or_lent(|e| unsafe {
+                e.post_send(
+                    context,
+                    rank,
+                    peer,
+                    marked_tag,
+                    SendMode::Standard,
+                    ptr,
+                    len,
+                )
+            })?;
+            posted.push((handle, None));
+        }
+    }
+    Ok(())
+}
+
+/// Takes back the transfers `posted`, so that none outlives its buffers: cancels each receive
+/// and waits for every transfer.
+fn take_back(posted: &mut impl Posted) {
+    while let Some((handle, recv)) = posted.last() {
+        posted.pop();
+        let cancelled = match recv {
+            Some(_) => with_engine_or_lent(|e| e.cancel(handle)).map(drop),
+            None => Ok(()),
+        };
+        let _ = cancelled.and_then(|()| environment::wait_or_lent(handle));
+    }
+}
+
+/// Takes the outcomes of the transfers `posted` as they finish, each to `done`: all of them
+/// with `block`, else those finished, then, where any is left, one round of progress for them
+/// all (a test's) and those finished again (a test of each would run a round, and step the
+/// hooks, per transfer); whether none is left. A handle leaves `posted` before `done` sees
+/// its outcome, so that an error there leaves no spent handle to take back: a wait or test
+/// that returned, an error included, has spent its handle, or the error stopped the engine
+/// that held it.
+fn settle(
+    posted: &mut impl Posted,
+    block: bool,
+    mut done: impl FnMut(Result<Done, Cause>, Option<(u32, Span)>) -> Result<(), Cause>,
+) -> Result<bool, Cause> {
+    if block {
+        while let Some((handle, recv)) = posted.last() {
+            let outcome = environment::wait_or_lent(handle);
+            posted.pop();
+            done(outcome, recv)?;
+        }
+        return Ok(true);
+    }
+    // Whatever finished first, so that a wait on the rest sleeps until one more does rather
+    // than finding a finished one at once.
+    if collect(posted, &mut done)? {
+        return Ok(true);
+    }
+    with_engine_or_lent(|e| e.progress())?;
+    collect(posted, &mut done)
+}
+
+/// Takes the outcomes of the transfers `posted` that finished, without progress, each to
+/// `done` (as [`settle`] does); whether none is left.
+fn collect(
+    posted: &mut impl Posted,
+    done: &mut impl FnMut(Result<Done, Cause>, Option<(u32, Span)>) -> Result<(), Cause>,
+) -> Result<bool, Cause> {
+    let mut i = 0;
+    while let Some((handle, recv)) = posted.get(i) {
+        match with_engine_or_lent(|e| e.collect(handle)).transpose() {
+            Some(outcome) => {
+                posted.swap_remove(i);
+                done(outcome, recv)?;
+            }
+            None => i += 1,
+        }
+    }
+    Ok(posted.is_empty())
+}
+
+/// `round`'s copies and reductions over `places`, once its receives brought valid values of
+/// `datatype`; none where the call is `spoiled`. The cause that spoils it where a receive
+/// brought invalid values.
+fn run_locals(
+    round: &Round,
+    datatype: Datatype,
+    op: Option<&Reduction<'_>>,
+    places: &impl Regions,
+    spoiled: bool,
+) -> Option<Cause> {
+    if spoiled {
+        return None;
+    }
+    if datatype.needs_check() {
+        for transfer in &round.transfers {
+            if let Transfer::Recv { from, span } = *transfer {
+                // Lengths ahead of the values are no values.
+                let skip = round.lengths_of(from, span).map_or(0, |l| l.span.len);
+                let span = span.sub(skip, span.len - skip);
+                // SAFETY: the span is inside its buffer and its receive completed.
+                let bytes = unsafe { std::slice::from_raw_parts(places.pointer(span), span.len) };
+                if !datatype.is_valid(bytes) {
+                    return Some(Cause::InvalidValue {
+                        type_name: datatype.name(),
+                    });
+                }
+            }
+        }
+    }
+    for local in &round.locals {
+        match *local {
+            Local::Copy { from, to } => {
+                // SAFETY: both spans are inside their buffers (`check_spans`), `to` is
+                // writable, and plans never copy between overlapping spans.
+                unsafe { std::ptr::copy(places.pointer(from), places.pointer(to), from.len) }
+            }
+            Local::Reduce {
+                incoming,
+                acc,
+                incoming_lower,
+            } => {
+                let op = op.expect("a reduction plan has an operation");
+                reduce(op, datatype, places, incoming, acc, incoming_lower);
+            }
+        }
+    }
+    None
+}
+
+/// `acc = incoming ∘ acc` under `op` if `incoming_lower`, else `acc = acc ∘ incoming`.
+fn reduce(
+    op: &Reduction<'_>,
+    datatype: Datatype,
+    places: &impl Regions,
+    incoming: Span,
+    acc: Span,
+    incoming_lower: bool,
+) {
+    let op = op.get();
+    assert!(
+        incoming.region != acc.region
+            || incoming.offset + incoming.len <= acc.offset
+            || acc.offset + acc.len <= incoming.offset,
+        "collective schedule: overlapping reduction operands"
+    );
+    // SAFETY: both spans are inside their buffers (`check_spans`) and disjoint (asserted
+    // above), so the slices do not alias; `acc` is writable.
+    let accumulated = unsafe { std::slice::from_raw_parts_mut(places.pointer(acc), acc.len) };
+    if incoming_lower || op.is_commutative() {
+        // SAFETY: as above; the incoming span is only read.
+        let inc = unsafe { std::slice::from_raw_parts(places.pointer(incoming), incoming.len) };
+        op.apply(datatype, inc, accumulated);
+    } else {
+        // SAFETY: as above; `check_spans` let non-commutative reductions write the incoming
+        // span.
+        let inc = unsafe { std::slice::from_raw_parts_mut(places.pointer(incoming), incoming.len) };
+        op.apply(datatype, accumulated, inc);
+        accumulated.copy_from_slice(inc);
+    }
+}
+
 /// A plan in progress over its buffers.
 pub(crate) struct Execution<'a> {
     comm: CommData,
@@ -900,8 +1159,17 @@ pub(crate) struct Execution<'a> {
     op: Option<Reduction<'a>>,
     next_round: usize,
     in_flight: Vec<InFlight>,
+    noted: Noted,
+    /// Why the execution stopped, once it failed: its own step reports it again.
+    failed: Option<Cause>,
+}
+
+/// What the finished receives of a call told this rank so far (see the module's notes): kept
+/// by an execution, and by a direct call (`direct`) until it hands over to one.
+#[derive(Debug)]
+pub(crate) struct Noted {
     /// The first disagreement a receive of this rank met: the schedule runs on without
-    /// passing data on, and fails with it at its end (see the module's notes).
+    /// passing data on, and fails with it at its end.
     spoiled: Option<Cause>,
     /// The algorithms this rank has seen (its own included) where the plan is marked: its
     /// sends' mark.
@@ -914,8 +1182,78 @@ pub(crate) struct Execution<'a> {
     /// The algorithm (a mark bit) the sender of the first message runs, where this plan
     /// follows it and it is not this rank's.
     switch_to: Option<u8>,
-    /// Why the execution stopped, once it failed: its own step reports it again.
-    failed: Option<Cause>,
+}
+
+impl Noted {
+    /// Nothing heard yet, on `plan`'s algorithm.
+    fn of(plan: &Plan) -> Noted {
+        let own = plan.marked.map_or(0, |m| m.bit);
+        Noted {
+            spoiled: None,
+            seen: own,
+            own,
+            heard: Vec::new(),
+            switch_to: None,
+        }
+    }
+
+    /// Whether a message named another algorithm than this rank's.
+    fn heard_another(&self) -> bool {
+        self.seen != self.own
+    }
+
+    /// The tag this rank's sends carry on the call's `tag`: the algorithms it has seen, in
+    /// the mark (matching ignores it; receives are posted on the call's tag).
+    fn marked_tag(&self, tag: i32) -> i32 {
+        tag + i32::from(self.seen)
+    }
+
+    /// Keeps what a finished transfer of round `round` of `plan` says: the algorithms a
+    /// receive's mark names, which spoil the call where another than this rank's is among
+    /// them (or have it follow the sender's, first), then the first disagreement this rank
+    /// met. Inline for the common case of nothing new.
+    #[inline]
+    fn note(
+        &mut self,
+        plan: &Plan,
+        round: usize,
+        recv: Option<(u32, Span)>,
+        (disagreement, mark): (Option<Cause>, u8),
+    ) {
+        if disagreement.is_some() || mark & !self.own != 0 {
+            self.note_news(plan, round, recv, disagreement, mark);
+        }
+    }
+
+    #[cold]
+    fn note_news(
+        &mut self,
+        plan: &Plan,
+        round: usize,
+        recv: Option<(u32, Span)>,
+        disagreement: Option<Cause>,
+        mark: u8,
+    ) {
+        if let (Some((from, _)), Some(marked)) = (recv, plan.marked) {
+            let others = mark & !marked.bit;
+            if others != 0 {
+                self.heard.push((from, mark));
+                let cause = Cause::AlgorithmDisagrees {
+                    peer: from as i32,
+                    ours: marked.name(marked.bit),
+                    theirs: marked.name(others),
+                };
+                self.spoiled.get_or_insert(cause);
+                if plan.follow.is_some() && round == 0 {
+                    self.switch_to = Some(mark & mark.wrapping_neg());
+                }
+            }
+            self.seen |= mark;
+        }
+        if let Some(cause) = disagreement {
+            self.spoiled.get_or_insert(cause);
+        }
+    }
 }
 
 impl<'a> Execution<'a> {
@@ -940,7 +1278,23 @@ impl<'a> Execution<'a> {
             plan.serves(&buffers, commutative),
             "collective schedule: a plan checked for other buffers"
         );
-        let plan = plan.plan;
+        let tag = comm.next_tag();
+        // SAFETY: forwarded from this function's contract.
+        unsafe { Execution::on_tag(comm, tag, plan.plan, buffers, datatype, op) }
+    }
+
+    /// [`new`](Self::new) on the call's `tag`, taken.
+    ///
+    /// # Safety
+    /// As for `new`, whose check of the plan against the buffers the caller made.
+    unsafe fn on_tag(
+        comm: CommData,
+        tag: i32,
+        plan: Rc<Plan>,
+        buffers: Buffers,
+        datatype: Datatype,
+        op: Option<Reduction<'a>>,
+    ) -> Execution<'a> {
         let mut buffers = buffers;
         let packed_send = buffers.send_layout.as_ref().map(|(layout, count)| {
             let mut packed = vec![0u8; buffers.send_len];
@@ -977,8 +1331,7 @@ impl<'a> Execution<'a> {
             scratch: mut scratch_buffers,
         } = lists::take();
         scratch_buffers.extend(plan.scratch.iter().map(|&len| scratch::take(len)));
-        let seen = plan.marked.map_or(0, |m| m.bit);
-        let tag = comm.next_tag();
+        let noted = Noted::of(&plan);
         // A communicator that takes no collectives fails the execution's first step.
         let comm_refusal = comm.collectives_allowed().err();
         let execution = Execution {
@@ -993,17 +1346,40 @@ impl<'a> Execution<'a> {
             op,
             next_round: 0,
             in_flight,
-            spoiled: None,
-            seen,
-            own: seen,
-            heard: Vec::new(),
-            switch_to: None,
+            noted,
             failed: comm_refusal,
         };
         if cfg!(debug_assertions) {
             execution.check_spans();
         }
         execution.write_initial(0);
+        execution
+    }
+
+    /// The execution of a direct call (`direct`) on `tag` whose one round of transfers,
+    /// round `round` of `plan`, is done, and whose receives told it `noted`: one named
+    /// another algorithm, which spoiled the call, and the plan goes on as the module's notes
+    /// say (following the sender's, at a checkpoint). Spoiled, it passes none of the bytes
+    /// its receives brought on (the scratch buffers they landed on stay the direct call's).
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new), whose check of the plan against the buffers the caller
+    /// made; the rounds before `round` are done too (their copies and reductions run).
+    pub(super) unsafe fn resume(
+        comm: CommData,
+        tag: i32,
+        plan: Rc<Plan>,
+        buffers: Buffers,
+        (datatype, op): (Datatype, Option<Reduction<'a>>),
+        round: usize,
+        noted: Noted,
+    ) -> Execution<'a> {
+        debug_assert!(noted.spoiled.is_some() && noted.heard_another());
+        // SAFETY: forwarded from this function's contract.
+        let mut execution = unsafe { Execution::on_tag(comm, tag, plan, buffers, datatype, op) };
+        execution.next_round = round;
+        execution.noted = noted;
+        execution.round_done();
         execution
     }
 
@@ -1028,27 +1404,6 @@ impl<'a> Execution<'a> {
         let commutative = self.op.as_ref().is_none_or(|op| op.get().is_commutative());
         let (send_len, recv_len) = (self.region(Region::Send).1, self.region(Region::Recv).1);
         self.plan.check_spans(send_len, recv_len, commutative);
-    }
-
-    /// The base pointer and length of a region.
-    fn region(&self, region: Region) -> (*mut u8, usize) {
-        match region {
-            Region::Send => (self.buffers.send.cast_mut(), self.buffers.send_len),
-            Region::Recv => match &self.staging {
-                Some(staging) => (staging.as_ptr().cast_mut(), staging.len()),
-                None => (self.buffers.recv, self.buffers.recv_len),
-            },
-            Region::Scratch(i) => (
-                self.scratch[i].as_ptr().cast::<u8>().cast_mut(),
-                self.plan.scratch[i],
-            ),
-        }
-    }
-
-    fn pointer(&self, span: Span) -> *mut u8 {
-        let (base, _) = self.region(span.region);
-        // SAFETY: `check_spans` placed the span inside its region's allocation.
-        unsafe { base.add(span.offset) }
     }
 
     /// Runs the schedule to the end.
@@ -1097,70 +1452,52 @@ impl<'a> Execution<'a> {
                 }
                 self.post_round()?;
             }
-            // A handle leaves `in_flight` before its outcome is examined, so `abandon` no
-            // longer cancels it should that outcome end the call: none needs it, as a wait or
-            // test that returned, an error included, has spent its handle, or the error
-            // stopped the engine that held it.
-            if block {
-                while let Some(&(handle, recv)) = self.in_flight.last() {
-                    let done = environment::wait_or_lent(handle);
-                    self.in_flight.pop();
-                    let outcome = self.outcome(done, recv)?;
-                    self.note(recv, outcome);
-                }
-            } else {
-                // Collect whatever finished, so that a wait on the rest sleeps until one more
-                // does rather than finding a finished one at once; where any is left, one
-                // round of progress for them all (a test's), then collect again: a test of
-                // each would run a round, and step the hooks, per transfer.
-                let mut progressed = false;
-                loop {
-                    self.collect_finished()?;
-                    if self.in_flight.is_empty() {
-                        break;
-                    }
-                    if progressed {
-                        return Ok(false);
-                    }
-                    with_engine_or_lent(|e| e.progress())?;
-                    progressed = true;
-                }
+            if !self.settle(block)? {
+                return Ok(false);
             }
-            if let Some(bit) = self.switch_to.take() {
-                self.switch(bit);
-            }
-            self.run_locals();
-            if self.plan.learns_after(self.next_round) {
-                self.learn();
-            }
-            self.next_round = self.go_on();
+            self.round_done();
         }
     }
 
-    /// Takes the outcomes of the transfers in flight that finished, without progress.
-    fn collect_finished(&mut self) -> Result<(), Cause> {
-        let mut i = 0;
-        while i < self.in_flight.len() {
-            let (handle, recv) = self.in_flight[i];
-            match with_engine_or_lent(|e| e.collect(handle)).transpose() {
-                Some(done) => {
-                    self.in_flight.swap_remove(i);
-                    let outcome = self.outcome(done, recv)?;
-                    self.note(recv, outcome);
-                }
-                None => i += 1,
-            }
+    /// What follows the end of the round in flight, its transfers all done: a switch to the
+    /// algorithm the first message's sender runs, the round's copies and reductions, the rest
+    /// of a plan that learns, and the round to post next.
+    fn round_done(&mut self) {
+        if let Some(bit) = self.noted.switch_to.take() {
+            self.switch(bit);
         }
-        Ok(())
+        self.run_locals();
+        if self.plan.learns_after(self.next_round) {
+            self.learn();
+        }
+        self.next_round = self.go_on();
+    }
+
+    /// Takes the outcomes of the transfers in flight as they finish ([`settle`]), each noted
+    /// as [`outcome`](Self::outcome) finds it; whether none is left.
+    fn settle(&mut self, block: bool) -> Result<bool, Cause> {
+        // Taken out, so that each outcome may look at the execution; put back whatever the
+        // outcome, with the transfers still in flight (an error's own transfer has left).
+        let mut in_flight = std::mem::take(&mut self.in_flight);
+        let settled = settle(&mut in_flight, block, |done, recv| {
+            let outcome = self.outcome(done, recv)?;
+            self.note(recv, outcome);
+            Ok(())
+        });
+        self.in_flight = in_flight;
+        settled
     }
 
     /// The round to run once the current one is done, as the plan's checkpoint says: this
     /// execution's own copy of the plan is made where the checkpoint changes it.
     #[inline]
     fn go_on(&mut self) -> usize {
-        let (done, seen, own) = (self.next_round, self.seen, self.own);
+        let (done, seen, own) = (self.next_round, self.noted.seen, self.noted.own);
         match self.plan.at_checkpoint(done, seen, own) {
-            true => Rc::make_mut(&mut self.plan).past_checkpoint(done + 1, seen, own, &self.heard),
+            true => {
+                let heard = &self.noted.heard;
+                Rc::make_mut(&mut self.plan).past_checkpoint(done + 1, seen, own, heard)
+            }
             false => done + 1,
         }
     }
@@ -1228,7 +1565,7 @@ impl<'a> Execution<'a> {
             unsafe { std::slice::from_raw_parts(self.pointer(learn.lengths), learn.lengths.len) };
         let mut learned = decode_lengths(bytes);
         if let Some(cause) = self.plan.hold_lengths(done, &learn, &mut learned) {
-            self.spoiled.get_or_insert(cause);
+            self.noted.spoiled.get_or_insert(cause);
         }
         // Lengths a rank may well have, whose parts it sends: received into no buffer.
         let mut unmade = vec![false; learned.len()];
@@ -1243,7 +1580,7 @@ impl<'a> Execution<'a> {
                 (Ok(scratch), _) => break (rest, scratch),
                 // No buffer that long could be made: the longest learned goes.
                 (Err(()), Some(longest)) => {
-                    self.spoiled.get_or_insert(longest.cause);
+                    self.noted.spoiled.get_or_insert(longest.cause);
                     learned[longest.index] = 0;
                     unmade[longest.index] = true;
                 }
@@ -1262,38 +1599,10 @@ impl<'a> Execution<'a> {
         self.write_initial(first);
     }
 
-    /// Keeps what a finished transfer says: the algorithms a receive's mark names, which
-    /// spoil the call where another than this rank's is among them (or have it follow the
-    /// sender's, first), then the first disagreement this rank met (`spoiled`). Inline for
-    /// the common case of nothing new.
+    /// Keeps what a finished transfer says ([`Noted::note`]).
     #[inline]
-    fn note(&mut self, recv: Option<(u32, Span)>, (disagreement, mark): (Option<Cause>, u8)) {
-        if disagreement.is_some() || mark & !self.own != 0 {
-            self.note_news(recv, disagreement, mark);
-        }
-    }
-
-    #[cold]
-    fn note_news(&mut self, recv: Option<(u32, Span)>, disagreement: Option<Cause>, mark: u8) {
-        if let (Some((from, _)), Some(marked)) = (recv, self.plan.marked) {
-            let others = mark & !marked.bit;
-            if others != 0 {
-                self.heard.push((from, mark));
-                let cause = Cause::AlgorithmDisagrees {
-                    peer: from as i32,
-                    ours: marked.name(marked.bit),
-                    theirs: marked.name(others),
-                };
-                self.spoiled.get_or_insert(cause);
-                if self.plan.follow.is_some() && self.next_round == 0 {
-                    self.switch_to = Some(mark & mark.wrapping_neg());
-                }
-            }
-            self.seen |= mark;
-        }
-        if let Some(cause) = disagreement {
-            self.spoiled.get_or_insert(cause);
-        }
+    fn note(&mut self, recv: Option<(u32, Span)>, outcome: (Option<Cause>, u8)) {
+        self.noted.note(&self.plan, self.next_round, recv, outcome);
     }
 
     /// Replaces the plan by this rank's part of the algorithm of mark `bit` (the first
@@ -1317,140 +1626,39 @@ impl<'a> Execution<'a> {
         self.scratch
             .extend(plan.scratch.iter().map(|&len| scratch::take(len)));
         self.plan = Rc::new(plan);
-        self.seen = bit;
-        self.own = bit;
+        self.noted.seen = bit;
+        self.noted.own = bit;
         self.check_spans();
         self.write_initial(0);
     }
 
-    /// Posts the next round's receives, then its sends. In flight they are kept so that the
-    /// first posted is collected last: a blocking wait then sees the sends finish first.
+    /// Posts the next round's transfers ([`post`]).
     fn post_round(&mut self) -> Result<(), Cause> {
+        // Taken out while posting, so that the execution lends its buffers' places.
+        let mut in_flight = std::mem::take(&mut self.in_flight);
         let round = &self.plan.rounds[self.next_round];
-        let (context, rank) = (self.comm.context, self.comm.rank);
-        // Matching ignores the mark; receives are posted on the call's tag.
-        let (tag, marked_tag) = (self.tag, self.tag + i32::from(self.seen));
-        let spoiled = self.spoiled.is_some();
-        for transfer in &round.transfers {
-            if let Transfer::Recv { from, span } = *transfer {
-                let ptr = self.pointer(span);
-                // SAFETY: the span lies in a buffer that stays valid and untouched until the
-                // receive completes: this execution waits for it, or cancels and waits for it
-                // when abandoned.
-                let handle = with_engine_or_lent(|e| unsafe {
-                    e.post_recv(
-                        context,
-                        SourceSel::Rank(from),
-                        TagSel::Tag(tag),
-                        ptr,
-                        span.len,
-                    )
-                })?;
-                self.in_flight.push((handle, Some((from, span))));
-            }
-        }
-        for transfer in &round.transfers {
-            if let Transfer::Send { to, span } = *transfer {
-                let ptr = self.pointer(span);
-                let peer = self.comm.world_rank(to);
-                // Once spoiled, only the caller's own bytes go on (the module's notes).
-                let len = if spoiled && span.region != Region::Send {
-                    0
-                } else {
-                    span.len
-                };
-                // SAFETY: as for receives; no receive of the round writes what a send reads
-                // (`check_no_overlap`), and locals run only once the round's transfers are done.
-                let handle = with_engine_or_lent(|e| unsafe {
-                    e.post_send(
-                        context,
-                        rank,
-                        peer,
-                        marked_tag,
-                        SendMode::Standard,
-                        ptr,
-                        len,
-                    )
-                })?;
-                self.in_flight.push((handle, None));
-            }
-        }
-        Ok(())
+        // SAFETY: the buffers stay valid and the receives' spans untouched until the
+        // transfers complete: this execution waits for them, or cancels and waits for them
+        // when abandoned (`new`'s contract keeps the caller's buffers valid as long).
+        let call = (&self.comm, self.tag, &self.noted);
+        let posted = unsafe { post(round, call, &*self, &mut in_flight) };
+        self.in_flight = in_flight;
+        posted
     }
 
-    /// The round's copies and reductions, once its receives brought valid values; none once
-    /// spoiled (a receive that brought invalid ones spoils the call).
+    /// The round's copies and reductions ([`run_locals`]).
     fn run_locals(&mut self) {
-        if self.spoiled.is_some() {
-            return;
-        }
         let round = &self.plan.rounds[self.next_round];
-        if self.datatype.needs_check() {
-            for transfer in &round.transfers {
-                if let Transfer::Recv { from, span } = *transfer {
-                    // Lengths ahead of the values are no values.
-                    let skip = round.lengths_of(from, span).map_or(0, |l| l.span.len);
-                    let span = span.sub(skip, span.len - skip);
-                    // SAFETY: the span is inside its buffer and its receive completed.
-                    let bytes = unsafe { std::slice::from_raw_parts(self.pointer(span), span.len) };
-                    if !self.datatype.is_valid(bytes) {
-                        self.spoiled = Some(Cause::InvalidValue {
-                            type_name: self.datatype.name(),
-                        });
-                        return;
-                    }
-                }
-            }
-        }
-        for local in &round.locals {
-            match *local {
-                Local::Copy { from, to } => {
-                    // SAFETY: both spans are inside their buffers (`check_spans`), `to` is
-                    // writable, and plans never copy between overlapping spans.
-                    unsafe { std::ptr::copy(self.pointer(from), self.pointer(to), from.len) }
-                }
-                Local::Reduce {
-                    incoming,
-                    acc,
-                    incoming_lower,
-                } => self.reduce(incoming, acc, incoming_lower),
-            }
-        }
-    }
-
-    fn reduce(&self, incoming: Span, acc: Span, incoming_lower: bool) {
-        let op = self
-            .op
-            .as_ref()
-            .expect("a reduction plan has an operation")
-            .get();
-        assert!(
-            incoming.region != acc.region
-                || incoming.offset + incoming.len <= acc.offset
-                || acc.offset + acc.len <= incoming.offset,
-            "collective schedule: overlapping reduction operands"
-        );
-        // SAFETY: both spans are inside their buffers (`check_spans`) and disjoint (asserted
-        // above), so the slices do not alias; `acc` is writable.
-        let accumulated = unsafe { std::slice::from_raw_parts_mut(self.pointer(acc), acc.len) };
-        if incoming_lower || op.is_commutative() {
-            // SAFETY: as above; the incoming span is only read.
-            let inc = unsafe { std::slice::from_raw_parts(self.pointer(incoming), incoming.len) };
-            op.apply(self.datatype, inc, accumulated);
-        } else {
-            // SAFETY: as above; `check_spans` let non-commutative reductions write the
-            // incoming span.
-            let inc =
-                unsafe { std::slice::from_raw_parts_mut(self.pointer(incoming), incoming.len) };
-            op.apply(self.datatype, accumulated, inc);
-            accumulated.copy_from_slice(inc);
+        let spoiled = self.noted.spoiled.is_some();
+        if let Some(cause) = run_locals(round, self.datatype, self.op.as_ref(), &*self, spoiled) {
+            self.noted.spoiled = Some(cause);
         }
     }
 
     /// Moves checked staging bytes into the caller's receive buffer; a spoiled call's first
     /// disagreement instead, its staging left unread.
     fn finish(&mut self) -> Result<(), Cause> {
-        if let Some(cause) = self.spoiled.take() {
+        if let Some(cause) = self.noted.spoiled.take() {
             return Err(cause);
         }
         if let Some(staging) = self.staging.take() {
@@ -1481,14 +1689,25 @@ impl<'a> Execution<'a> {
 
     /// After an error: takes back what is in flight, so no transfer outlives the buffers.
     fn abandon(&mut self) {
-        for (handle, recv) in self.in_flight.drain(..) {
-            let cancelled = match recv {
-                Some(_) => with_engine_or_lent(|e| e.cancel(handle)).map(drop),
-                None => Ok(()),
-            };
-            let _ = cancelled.and_then(|()| environment::wait_or_lent(handle));
-        }
+        take_back(&mut self.in_flight);
         self.next_round = self.plan.rounds.len();
+    }
+}
+
+impl Regions for Execution<'_> {
+    /// The base pointer and length of a region.
+    fn region(&self, region: Region) -> (*mut u8, usize) {
+        match region {
+            Region::Send => (self.buffers.send.cast_mut(), self.buffers.send_len),
+            Region::Recv => match &self.staging {
+                Some(staging) => (staging.as_ptr().cast_mut(), staging.len()),
+                None => (self.buffers.recv, self.buffers.recv_len),
+            },
+            Region::Scratch(i) => (
+                self.scratch[i].as_ptr().cast::<u8>().cast_mut(),
+                self.plan.scratch[i],
+            ),
+        }
     }
 }
 

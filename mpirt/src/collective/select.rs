@@ -12,6 +12,11 @@ use crate::error::Cause;
 /// ring's n-1 steps pay off only for long messages on many ranks).
 const BROADCAST_SHORT: usize = 512 << 10;
 const BROADCAST_FEW: u32 = 7;
+/// Broadcasts on up to this many ranks go straight from the root to each rank, at any length
+/// (libnbc's choice for its non-blocking broadcast): every rank's part is one round, and no
+/// rank waits for another to pass the data on. Chosen by the number of ranks alone, which
+/// every rank shares, so ranks of different lengths never meet on it and another algorithm.
+const BROADCAST_LINEAR: u32 = 4;
 /// All-reduce vectors up to this many bytes go by recursive doubling (latency-bound).
 const ALLREDUCE_SHORT: usize = 8 << 10;
 /// Longer ones by Rabenseifner up to this many bytes, then by ring.
@@ -50,7 +55,7 @@ struct Choice {
 
 const BROADCAST: Choice = Choice {
     variable: "MPIRT_COLL_BCAST",
-    choices: &["shared_memory", "binomial", "scatter_allgather"],
+    choices: &["shared_memory", "binomial", "scatter_allgather", "linear"],
 };
 const BARRIER: Choice = Choice {
     variable: "MPIRT_COLL_BARRIER",
@@ -220,6 +225,7 @@ pub(crate) fn alltoall_by_length() -> Result<bool, Cause> {
 pub(crate) enum Broadcast {
     Binomial,
     ScatterAllgather,
+    Linear,
 }
 
 /// Whether blocking barriers meet in the communicator's shared-memory area (when it has
@@ -239,7 +245,9 @@ pub(crate) fn broadcast(bytes: usize, size: u32) -> Result<Broadcast, Cause> {
     Ok(match BROADCAST.forced()? {
         Some("binomial") => Broadcast::Binomial,
         Some("scatter_allgather") => Broadcast::ScatterAllgather,
+        Some("linear") => Broadcast::Linear,
         // "shared_memory": for buffers too long for the area.
+        _ if size <= BROADCAST_LINEAR => Broadcast::Linear,
         _ if bytes <= BROADCAST_SHORT || size <= BROADCAST_FEW => Broadcast::Binomial,
         _ => Broadcast::ScatterAllgather,
     })

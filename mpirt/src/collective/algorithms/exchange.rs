@@ -1,6 +1,6 @@
 //! Collectives where ranks exchange with many peers rather than along a tree: the barrier,
-//! all-to-all, the prefix scans, and the linear gather and scatter (which take parts of any
-//! length).
+//! all-to-all, the prefix scans, the linear gather and scatter (which take parts of any
+//! length), and the linear broadcast of a few ranks.
 
 use super::Ranks;
 use crate::collective::schedule::{Plan, Region, Span};
@@ -61,6 +61,21 @@ pub(crate) fn linear_gather(p: &mut Plan, root: u32, own: Span, incoming: Option
         None => {
             p.round().send(root, own);
         }
+    }
+}
+
+/// Every rank ends with the root's `data`, straight from the root: one round of sends at the
+/// root, one receive at each other rank. On a few ranks every rank's part is then one round
+/// (where a tree's inner ranks wait to pass the data on), which an immediate call posts whole
+/// as it starts (`schedule::direct`).
+pub(crate) fn linear_broadcast(p: &mut Plan, ranks: Ranks, root: u32, data: Span) {
+    p.round();
+    if ranks.rank == root {
+        for to in (0..ranks.size).filter(|&r| r != root) {
+            p.send(to, data);
+        }
+    } else {
+        p.recv(root, data);
     }
 }
 
