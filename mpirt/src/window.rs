@@ -115,7 +115,7 @@ use std::marker::PhantomData;
 use std::mem::size_of;
 use std::rc::Rc;
 
-use direct::{Direct, CONTROL, LINE};
+use direct::{Direct, Notice, LINE};
 pub use fault::WindowFault;
 use messaging::{Core, Destination};
 pub use operation::AccumulateOperation;
@@ -177,9 +177,9 @@ pub struct Window<'a, T: Equivalence> {
     sizes: Option<Vec<usize>>,
     /// The access epochs open on this rank, for the synchronisation checks.
     open: Cell<Open>,
-    /// `T`'s element code for accumulates and the operations checked for it (a bit per
-    /// operation), once an accumulate found them: checking costs more than an 8-byte
-    /// fetch_and_op on the shared-memory path.
+    /// `T`'s element code for accumulates and compare_and_swap, once one found it, and the
+    /// operations checked for it (a bit per operation), once an accumulate found them:
+    /// checking costs more than an 8-byte fetch_and_op on the shared-memory path.
     accumulates: Cell<(Option<u8>, u64)>,
     locked: RefCell<Vec<u32>>,
     /// Whether this rank's memory is exposed to other ranks' PSCW access epochs (`post`).
@@ -385,11 +385,11 @@ impl<'a, T: Equivalence> Window<'a, T> {
         window.direct = path == Path::SharedMemory && shared.is_some();
         window.shared = shared;
         if window.direct {
-            // No other rank's operation waits for this rank's progress (only the PSCW
-            // notices travel as messages, which this rank's own post and start take): the
-            // progress hook, which every wait of the rank would step, is not needed. So no
-            // request on this path may ask another rank for an answer (`complete`'s asks
-            // none, a free's flush is skipped): only that rank's own window calls would give it.
+            // No other rank's operation waits for this rank's progress (nothing travels as
+            // a message: PSCW's notices are counts in the mapping): the progress hook, which
+            // every wait of the rank would step, is not needed. So no request on this path
+            // may ask another rank for an answer (a free's flush is skipped): only that
+            // rank's own window calls would give it.
             messaging::forget(&window.core);
         } else if path != Path::Messages && rdma {
             let element = operation::element_code(datatype_of::<T>());
@@ -528,7 +528,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
                     ));
                 }
                 let me = self.comm.rank() as u32;
-                self.lock_directly(direct, me, true)
+                self.wait_directly(|| direct.try_lock(me, true))
                     .map_err(|c| Error::new(what, c))?;
                 Some(OwnLock::Direct(direct, me))
             }
@@ -613,7 +613,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
     {
         let what = "fence";
-        self.open(Open::Fence, what)?;
+        self.open(Open::Fence).map_err(|c| Error::new(what, c))?;
         let _closed = Closed(&self.open);
         // Local stores before the epoch are complete before any rank's operation lands.
         self.comm.try_barrier()?;
@@ -642,6 +642,17 @@ impl<'a, T: Equivalence> Window<'a, T> {
             return Err(sync_fault(what, in_local_or_post(self.lent.get())));
         }
         let _exposed = Raised::new(&self.exposed);
+        if let Some(direct) = self.direct() {
+            for &o in &origins {
+                direct.notify(o, Notice::Posted);
+            }
+            let out = f();
+            for &o in &origins {
+                self.wait_directly(|| direct.try_take(Notice::Completed, o))
+                    .map_err(|c| Error::new("wait", c))?;
+            }
+            return Ok(out);
+        }
         {
             let mut core = messaging::serve(&self.core).map_err(|c| Error::new(what, c))?;
             for &o in &origins {
@@ -677,9 +688,14 @@ impl<'a, T: Equivalence> Window<'a, T> {
     {
         let what = "start";
         let targets = self.group(targets, what)?;
-        self.open(Open::Start, what)?;
+        self.open(Open::Start).map_err(|c| Error::new(what, c))?;
         let _closed = Closed(&self.open);
-        {
+        if let Some(direct) = self.direct() {
+            for &t in &targets {
+                self.wait_directly(|| direct.try_take(Notice::Posted, t))
+                    .map_err(|c| Error::new(what, c))?;
+            }
+        } else {
             let mut core = messaging::serve(&self.core).map_err(|c| Error::new(what, c))?;
             core.wait_until(|core| targets.iter().all(|&t| core.posted[t as usize] > 0))
                 .map_err(|c| Error::new(what, c))?;
@@ -706,23 +722,25 @@ impl<'a, T: Equivalence> Window<'a, T> {
     where
         F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
     {
-        let what = format!("lock of rank {target}");
+        // Named only on an error: a lock epoch is a short operation's whole synchronisation.
+        let what = || format!("lock of rank {target}");
         let t = self
             .comm
             .data()
             .check_rank(target)
-            .map_err(|c| Error::new(&what, c))?;
+            .map_err(|c| Error::new(what(), c))?;
         if self.locked.borrow().contains(&t) {
             return Err(sync_fault(
-                &what,
+                &what(),
                 format!("rank {target} is already locked by this rank's open lock epoch"),
             ));
         }
-        self.open(Open::Locks, &what)?;
+        self.open(Open::Locks).map_err(|c| Error::new(what(), c))?;
         self.locked.borrow_mut().push(t);
         let _unlocked = Unlocked(self, t);
-        self.acquire(&[t], kind).map_err(|c| Error::new(&what, c))?;
-        let held = Held::new(self, vec![t], kind);
+        self.acquire(&[t], kind)
+            .map_err(|c| Error::new(what(), c))?;
+        let held = Held::new(self, Reach::One(t), kind);
         self.run_epoch(Reach::One(t), "a lock epoch", f, |e| {
             held.unlocking();
             e.end_locks(&[t], kind)
@@ -743,12 +761,12 @@ impl<'a, T: Equivalence> Window<'a, T> {
         F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> R,
     {
         let what = "lock_all";
-        self.open(Open::LockAll, what)?;
+        self.open(Open::LockAll).map_err(|c| Error::new(what, c))?;
         let _closed = Closed(&self.open);
         let all: Vec<u32> = (0..self.comm.size() as u32).collect();
         self.acquire(&all, LockKind::Shared)
             .map_err(|c| Error::new(what, c))?;
-        let held = Held::new(self, all.clone(), LockKind::Shared);
+        let held = Held::new(self, Reach::All, LockKind::Shared);
         self.run_epoch(Reach::All, "lock_all", f, |e| {
             held.unlocking();
             e.end_locks(&all, LockKind::Shared)
@@ -772,7 +790,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         let mut abandon = Abandon {
             core: &self.core,
             rdma: self.rdma.as_ref(),
-            targets: epoch.targets(),
+            reach: &epoch.reach,
             ended: false,
         };
         let out = f(&epoch);
@@ -795,7 +813,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
     fn acquire(&self, targets: &[u32], kind: LockKind) -> Result<(), Cause> {
         if let Some(direct) = self.direct() {
             for &t in targets {
-                self.lock_directly(direct, t, kind == LockKind::Exclusive)?;
+                self.wait_directly(|| direct.try_lock(t, kind == LockKind::Exclusive))?;
             }
             return Ok(());
         }
@@ -823,7 +841,7 @@ impl<'a, T: Equivalence> Window<'a, T> {
         if let Some(element) = element.filter(|_| checked & bit != 0) {
             return Ok(element);
         }
-        let element = operation::element_code(datatype).ok_or_else(|| {
+        let element = self.element_code(datatype).ok_or_else(|| {
             Cause::Window(WindowFault::Unsupported(format!(
                 "accumulates take primitive numbers and bool, not {}",
                 datatype.name()
@@ -832,6 +850,17 @@ impl<'a, T: Equivalence> Window<'a, T> {
         op.check(datatype)?;
         self.accumulates.set((Some(element), checked | bit));
         Ok(element)
+    }
+
+    /// `T`'s element code (`datatype` is `T`'s), or `None` for a type accumulates do not
+    /// know; kept once known, as a search of the codes costs an atomic's whole work again.
+    fn element_code(&self, datatype: Datatype) -> Option<u8> {
+        let (element, checked) = self.accumulates.get();
+        element.or_else(|| {
+            let element = operation::element_code(datatype)?;
+            self.accumulates.set((Some(element), checked));
+            Some(element)
+        })
     }
 
     /// The shared-memory path, where operations take it.
@@ -903,16 +932,18 @@ impl<'a, T: Equivalence> Window<'a, T> {
         }
     }
 
-    /// Takes `target`'s lock word, serving this window and the PML while it waits (the
-    /// holder may wait for this rank's `post` or a message).
-    fn lock_directly(&self, direct: &Direct, target: u32, exclusive: bool) -> Result<(), Cause> {
+    /// Waits on the shared-memory path until `ready` holds (it took a lock word or a PSCW
+    /// notice), serving this window and the PML meanwhile: the rank it waits for may itself
+    /// wait for this rank's messages on another communicator.
+    fn wait_directly(&self, mut ready: impl FnMut() -> bool) -> Result<(), Cause> {
         let mut tries = 0u32;
-        while !direct.try_lock(target, exclusive) {
+        while !ready() {
             tries += 1;
             if tries.is_multiple_of(64) {
                 messaging::serve(&self.core)?.drain()?;
-                // Another rank holds the lock for its whole epoch: let it run where ranks
-                // share cores, then wait at most a moment between tries.
+                // Another rank holds the lock for its whole epoch, or computes before its
+                // `post` or `complete`: let it run where ranks share cores, then wait at
+                // most a moment between tries.
                 if tries < 4096 {
                     std::thread::yield_now();
                 } else {
@@ -926,26 +957,24 @@ impl<'a, T: Equivalence> Window<'a, T> {
     }
 
     /// Records an access epoch of `kind` opening, or says why it may not.
-    fn open(&self, kind: Open, what: &str) -> Result<(), Error> {
+    fn open(&self, kind: Open) -> Result<(), Cause> {
+        let fault = |why| Cause::Window(WindowFault::Synchronisation(why));
         if self.lent.get() {
-            return Err(sync_fault(what, in_local_or_post(true)));
+            return Err(fault(in_local_or_post(true)));
         }
         match (self.open.get(), kind) {
             (Open::None, _) => {}
             (Open::Locks, Open::Locks) => return Ok(()),
             (open, _) => {
-                return Err(sync_fault(
-                    what,
-                    format!(
-                        "{} epoch is open on this window; end it first",
-                        match open {
-                            Open::Fence => "a fence",
-                            Open::Start => "a start (PSCW access)",
-                            Open::Locks => "a lock",
-                            _ => "a lock_all",
-                        }
-                    ),
-                ))
+                return Err(fault(format!(
+                    "{} epoch is open on this window; end it first",
+                    match open {
+                        Open::Fence => "a fence",
+                        Open::Start => "a start (PSCW access)",
+                        Open::Locks => "a lock",
+                        _ => "a lock_all",
+                    }
+                )))
             }
         }
         self.open.set(kind);
@@ -1059,6 +1088,26 @@ enum Reach {
     All,
     One(u32),
     Group(Vec<u32>),
+}
+
+impl Reach {
+    #[inline]
+    fn reaches(&self, rank: u32) -> bool {
+        match self {
+            Reach::All => true,
+            Reach::One(one) => *one == rank,
+            Reach::Group(group) => group.contains(&rank),
+        }
+    }
+
+    /// The ranks reached, of a window of `size` ranks.
+    fn ranks(&self, size: u32) -> Vec<u32> {
+        match self {
+            Reach::All => (0..size).collect(),
+            Reach::One(t) => vec![*t],
+            Reach::Group(group) => group.clone(),
+        }
+    }
 }
 
 /// An open access epoch: the operations on the window's ranks that it reaches. Buffers are
@@ -1186,12 +1235,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     /// returns the target and the byte offset.
     fn place(&self, target: Rank, disp: usize, count: usize) -> Result<(u32, u64), Cause> {
         let t = self.window.comm.data().check_rank(target)?;
-        let reached = match &self.reach {
-            Reach::All => true,
-            Reach::One(one) => *one == t,
-            Reach::Group(group) => group.contains(&t),
-        };
-        if !reached {
+        if !self.reach.reaches(t) {
             return Err(Cause::Window(WindowFault::NotInEpoch {
                 target,
                 epoch: self.name.into(),
@@ -1550,7 +1594,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
             // MPI's integers, logicals and bytes, and (mpirt's extension) floats, compared
             // bit for bit; any other type may hold padding, whose bytes are not values.
             let datatype = datatype_of::<T>();
-            if operation::element_code(datatype).is_none() {
+            if self.window.element_code(datatype).is_none() {
                 return Err(Cause::Window(WindowFault::Unsupported(format!(
                     "compare_and_swap takes primitive numbers and bool, not {}",
                     datatype.name()
@@ -1614,11 +1658,7 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     }
 
     fn targets(&self) -> Vec<u32> {
-        match &self.reach {
-            Reach::All => (0..self.window.comm.size() as u32).collect(),
-            Reach::One(t) => vec![*t],
-            Reach::Group(group) => group.clone(),
-        }
+        self.reach.ranks(self.window.comm.size() as u32)
     }
 
     /// Waits until this rank's RDMA operations on `targets` completed there: before the
@@ -1714,24 +1754,27 @@ impl<'scope, 'env, T: Equivalence> Epoch<'scope, 'env, T> {
     /// Ends a PSCW access epoch: tells each target, and waits for this rank's replies (each
     /// target's answer to `Complete` among them).
     fn end_start(&self) -> Result<(), Cause> {
-        // Stores of the shared-memory path are seen before `Complete` is.
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let targets = self.targets();
+        if let Some(direct) = self.window.direct() {
+            // Every operation completed as it was issued, and refuses nothing late; the
+            // notice publishes its stores. No answer is awaited: it would block until the
+            // target's `wait`, which MPI does not let `complete` do.
+            for &t in &targets {
+                direct.notify(t, Notice::Completed);
+            }
+            return Ok(());
+        }
         self.after_rdma(&targets, || self.complete_messages(&targets))
     }
 
     /// `complete`'s messages to `targets`, and their answers.
     fn complete_messages(&self, targets: &[u32]) -> Result<(), Cause> {
-        // By messages, the target answers after it applied this rank's operations, so their
-        // refusals are reported here (as for a fence). The shared-memory path refuses
-        // nothing late, and its targets serve no messages but in their own window calls: an
-        // answer awaited would block until the target's `wait`, which MPI does not let
-        // `complete` do.
-        let answered = self.window.direct().is_none();
+        // The target answers after it applied this rank's operations, so their refusals are
+        // reported here (as for a fence).
         let mut core = self.core()?;
         for &t in targets {
             // SAFETY: the answer carries no data.
-            unsafe { core.request(t, control(Ask::Complete), &[], answered.then_some(None)) }?;
+            unsafe { core.request(t, control(Ask::Complete), &[], Some(None)) }?;
         }
         core.wait_until(|core| core.all_done(None))?;
         core.settle(None, true).map_err(Cause::Window)
@@ -1778,7 +1821,7 @@ struct Abandon<'w> {
     rdma: Option<&'w Rdma>,
     /// The ranks the epoch reaches, whose replies it awaits (lock epochs on other ranks
     /// may be open around it, awaiting theirs).
-    targets: Vec<u32>,
+    reach: &'w Reach,
     /// Whether the epoch's end succeeded (every reply came).
     ended: bool,
 }
@@ -1787,7 +1830,7 @@ impl Drop for Abandon<'_> {
     fn drop(&mut self) {
         if !self.ended {
             if let Ok(mut core) = self.core.try_borrow_mut() {
-                core.abandon(|_, target| self.targets.contains(&target));
+                core.abandon(|_, target| self.reach.reaches(target));
             }
             // The buffers go back to the caller: the device must be done with them. A
             // failure stopped the PML, whose transports stop moving data.
@@ -1803,14 +1846,15 @@ impl Drop for Abandon<'_> {
 /// keep every other rank waiting for it forever.
 struct Held<'w, 'a, T: Equivalence> {
     window: &'w Window<'a, T>,
-    targets: Vec<u32>,
+    /// The locked ranks (listed only where they must be unlocked: the epoch unwound).
+    targets: Reach,
     kind: LockKind,
     /// Set once the epoch's end took over the unlocking.
     unlocking: Cell<bool>,
 }
 
 impl<'w, 'a, T: Equivalence> Held<'w, 'a, T> {
-    fn new(window: &'w Window<'a, T>, targets: Vec<u32>, kind: LockKind) -> Self {
+    fn new(window: &'w Window<'a, T>, targets: Reach, kind: LockKind) -> Self {
         Held {
             window,
             targets,
@@ -1829,8 +1873,9 @@ impl<T: Equivalence> Drop for Held<'_, '_, T> {
         if self.unlocking.get() {
             return;
         }
+        let targets = self.targets.ranks(self.window.comm.size() as u32);
         if let Some(direct) = self.window.direct() {
-            for &t in &self.targets {
+            for &t in &targets {
                 direct.unlock(t, self.kind == LockKind::Exclusive);
             }
             return;
@@ -1838,7 +1883,7 @@ impl<T: Equivalence> Drop for Held<'_, '_, T> {
         // Unlocks that wait for no answer: the caller is unwinding, and the targets serve
         // them whenever they are inside mpirt.
         if let Ok(mut core) = self.window.core.try_borrow_mut() {
-            for &t in &self.targets {
+            for &t in &targets {
                 // SAFETY: no reply is awaited. A send that fails has stopped the PML, which
                 // the next call reports.
                 let _ = unsafe { core.request(t, control(Ask::Unlock), &[], None) };
@@ -2058,9 +2103,9 @@ fn map_parts<T, C: Communicator>(
     lens: &[usize],
     what: &str,
 ) -> Result<Option<Direct>, Error> {
-    // Each rank's part starts on a cache line of its own, after every rank's two control
-    // lines (its lock words; its lock-free flag, apart from the lines others spin on). Every
-    // rank computes this from the same lengths, so all refuse alike.
+    // Each rank's part starts on a cache line of its own, after every rank's control lines
+    // and PSCW notices (`direct::header`). Every rank computes this from the same lengths,
+    // so all refuse alike.
     let too_large = || {
         unsupported(
             what,
@@ -2072,7 +2117,7 @@ fn map_parts<T, C: Communicator>(
         )
     };
     let mut parts = Vec::with_capacity(lens.len());
-    let mut total = lens.len().checked_mul(CONTROL).ok_or_else(too_large)?;
+    let mut total = direct::header(lens.len()).ok_or_else(too_large)?;
     for &n in lens {
         // `agree` checked that each part fits.
         let bytes = n * size_of::<T>();

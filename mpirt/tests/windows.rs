@@ -112,6 +112,10 @@ fn rank_mode() {
             flushes_ride_on_their_operations(&world, &universe);
             println!("flushes ok");
         }
+        "pscw-notices" => {
+            pscw_on_shared_memory_sends_nothing(&world, &universe);
+            println!("pscw-notices ok");
+        }
         "freed" => {
             unwound_unlocks_stay_with_their_window(&world);
             println!("freed ok");
@@ -1343,6 +1347,43 @@ const SERVED_ROUNDS: u64 = 300;
 /// received. Neither rank makes one as it receives a request or an answer found queued
 /// (`matched_receive_rounds`): each is here whole, and a round polled the transports for
 /// nothing between a request and its answer (a system call over TCP on each side).
+/// PSCW on the shared-memory path sends no message: `post`'s and `complete`'s notices are
+/// counts in the window's mapping (`window/direct.rs`). Every rank exposes its window to its
+/// left neighbour and accesses its right one's, round after round, each put landing in a
+/// slot of its own; each rank checks after its `wait` that every round's put is there (the
+/// notices publish the stores), and that its PML sent no frame in all the rounds (before, a
+/// post and a complete were a message each).
+fn pscw_on_shared_memory_sends_nothing(world: &SimpleCommunicator, universe: &Universe) {
+    const ROUNDS: usize = 50;
+    let (me, n) = (world.rank(), world.size());
+    let window = Window::<u64>::allocate(world, ROUNDS);
+    assert!(
+        window.shared_query(0).is_ok(),
+        "rank {me}: allocate did not map the window: the test needs the shared-memory path"
+    );
+    let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+    let frames = || universe.counters().map_or(0, |c| c.frames_sent);
+    let before = frames();
+    for round in 0..ROUNDS {
+        let value = [(me as u64 + 1) * 1000 + round as u64];
+        window.post(&[left], || {
+            window.start(&[right], |epoch| epoch.put(&value, right, round));
+        });
+        window.with_local(|local| {
+            assert_eq!(
+                local[round],
+                (left as u64 + 1) * 1000 + round as u64,
+                "rank {me}: rank {left}'s put of round {round} after the wait"
+            );
+        });
+    }
+    let sent = frames() - before;
+    assert_eq!(
+        sent, 0,
+        "rank {me}: {ROUNDS} PSCW rounds on the shared-memory path sent {sent} frames"
+    );
+}
+
 fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Universe) {
     const ROUNDS: u64 = 40;
     const PAGE: usize = 4096 / 8;
@@ -2150,6 +2191,16 @@ fn window_kinds_and_progress() {
 fn a_flush_after_one_operation_costs_no_message_of_its_own() {
     assert_job(2, "flushes", &MESSAGES, "flushes ok");
     assert_job(2, "flushes", &TCP, "flushes ok");
+}
+
+/// PSCW's notices on the shared-memory path are counts in the mapping, not messages
+/// (`pscw_on_shared_memory_sends_nothing`), on 2 and 3 ranks (a rank's neighbours one rank, or
+/// two).
+#[test]
+fn pscw_on_shared_memory_sends_no_message() {
+    for n in [2, 3] {
+        assert_job(n, "pscw-notices", &[], "pscw-notices ok");
+    }
 }
 
 /// An unwound lock epoch's unlock is applied before its window is freed, never taken by the
