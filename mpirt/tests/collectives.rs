@@ -3873,11 +3873,11 @@ const GATHER_DISAGREEMENTS: [(usize, usize); 4] = [
     (65537, 65536),
 ];
 
-/// Reductions to rank 0 of vectors past 4 KiB up to 64 KiB through the area (from 3 ranks on;
-/// in rounds past a cell's 16 KiB) and one element past it by messages, of `i32` sums, of
-/// 12-byte elements (`Triple`, whose rounds end inside one) and under a non-commutative
-/// operation (`Affine`): ten of each against the serial reference, the frames each rank other
-/// than the root sent for them printed; then the blocks of `GATHER_DISAGREEMENTS`, in bytes,
+/// Reductions of vectors past 4 KiB up to 64 KiB through the area (from 3 ranks on; in rounds
+/// past a cell's 16 KiB) and one element past it by messages, of `i32` sums, of 12-byte
+/// elements (`Triple`, whose rounds end inside one) and under a non-commutative operation
+/// (`Affine`): ten of each, to rank 0 and to the last rank by turns, against the serial
+/// reference, the frames each rank other than rank 0 sent for them printed; then the blocks of `GATHER_DISAGREEMENTS`, in bytes,
 /// each rank's outcome printed, after each of which every rank is still in step.
 fn area_reductions(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
     /// Each rank's element `i` and how two combine, as [`serial`] takes them.
@@ -3891,15 +3891,21 @@ fn area_reductions(world: &SimpleCommunicator, sent: impl Fn() -> Option<u64>) {
         sent: &impl Fn() -> Option<u64>,
     ) {
         let rank = world.rank();
-        let root = world.process_at_rank(0);
         let send = contribution(rank, len, value);
         let before = sent();
-        for _ in 0..10 {
-            if rank == 0 {
+        for i in 0..10 {
+            // Rank 0 and the last rank take turns as the root: the root's own vector, which
+            // it folds from its send buffer, then comes first or last in rank order.
+            let at = if i % 2 == 0 { 0 } else { world.size() - 1 };
+            let root = world.process_at_rank(at);
+            if rank == at {
                 let mut got = vec![T::default(); len];
                 root.reduce_into_root(&send[..], &mut got[..], op());
                 let expected = serial(0..world.size(), len, value, combine);
-                assert!(got == expected, "{what} {len}: the reduction differs");
+                assert!(
+                    got == expected,
+                    "{what} {len}: the reduction to {at} differs"
+                );
             } else {
                 root.reduce_into(&send[..], op());
             }
