@@ -9,8 +9,9 @@
 //! chosen at run time, so every field was reached through a register rather than at a fixed
 //! offset, and a program at `Single` paid 17 (sender) to 32 (receiver) instructions more per
 //! 8-byte message with the feature on (osu-benches/compare/shm-callgrind.sh). Here the engine
-//! has one address for both ways in, and the `Single` path pays one thread-local load and one
-//! predictable branch, what the thread-local `RefCell`'s borrow flag cost before.
+//! has one address for both ways in, and the `Single` path pays one thread-local increment and
+//! one predictable branch on its way in (`mark`), what the thread-local `RefCell`'s borrow flag
+//! cost before.
 
 use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;
@@ -24,6 +25,9 @@ use crate::sync::thread_local;
 #[cfg(feature = "threads")]
 use super::shared;
 
+#[cfg(feature = "threads")]
+mod let_go;
+
 /// The engine's one place: `None` before `initialize` and after finalize.
 struct Place(UnsafeCell<Option<AnyPml>>);
 
@@ -31,12 +35,13 @@ struct Place(UnsafeCell<Option<AnyPml>>);
 // at a time. At `Single` and `Funneled` the right is an `OwnersRight` from
 // `OwnersRight::take` (the blocking calls), or one that `Entry::enter` took and forgot into
 // its `Entry`: only the thread whose `OWNER` `install` marked has one (no other thread's is
-// ever marked), and `take` makes one only where it found the mark `Free`, which it sets to
-// `InCall` until the right's drop sets it back, so there is never a second one at once,
-// nested calls included (an `OwnersRight` made where `take` found no `Free` would, dropped,
-// mark the thread free inside its enclosing call). At `Serialized` and `Multiple` (no thread
-// marked) only the thread that holds `shared`'s lock has it (an `Entry` of `enter` or a
-// `shared::Held`), and the lock refuses a second hold in the thread that has it.
+// ever marked `FREE`: a thread in a call on the shared engine is marked `SHARED_CALL`), and
+// `take` makes one only where it found the mark `FREE`, which it sets to `IN_CALL` until the
+// right's drop sets it back, so there is never a second one at once, nested calls included
+// (an `OwnersRight` made where `take` found no `FREE` would, dropped, mark the thread free
+// inside its enclosing call). At `Serialized` and `Multiple` (no thread marked `FREE`) only
+// the thread that holds `shared`'s lock has it (an `Entry` of `enter` or a `shared::Held`),
+// and the lock refuses a second hold in the thread that has it.
 // That the engine may be reached from another thread than the one that made it: nothing in a
 // PML belongs to its thread. Its transports' endpoints (sockets, shared mappings, verbs and
 // libfabric objects) are the process's, and it keeps no thread-local state; the raw pointers
@@ -77,21 +82,32 @@ pub(super) unsafe fn engine<'a>() -> Result<&'a mut AnyPml, Cause> {
     }
 }
 
-/// A thread's right to the engine at `Single` and `Funneled`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Owner {
-    /// Not the initializing thread, or the engine is shared.
-    No,
-    /// The initializing thread, between calls.
-    Free,
+/// A thread's right to the engine, in its `OWNER` mark. The values make the owner's way in an
+/// increment of the mark and its way out a decrement, each one instruction that also tests its
+/// result (`FREE` + 1 is `IN_CALL`, 0, and nothing else gives 0): the way in tested the mark
+/// against `FREE` and then stored `IN_CALL` (three instructions), and, with the feature
+/// `threads`, the way out of a non-blocking call tested the mark again before it stored
+/// `FREE` (osu-benches/compare/shm-callgrind.sh: osu_bw's receiver paid 9 instructions a
+/// message more at `Single` for the feature, ARCHITECTURE.md, "Threads").
+mod mark {
+    /// The initializing thread, between calls (at `Single` and `Funneled`).
+    pub(super) const FREE: u8 = u8::MAX;
     /// The initializing thread, inside a call: a call from inside it (a progress hook's)
-    /// fails as `NestedCall`, as a second borrow of a `RefCell` would, instead of making
-    /// a second reference to the engine.
-    InCall,
+    /// fails as `NestedCall`, as a second borrow of a `RefCell` would, instead of making a
+    /// second reference to the engine.
+    pub(super) const IN_CALL: u8 = FREE.wrapping_add(1);
+    /// A thread inside a non-blocking call on the shared engine's lock (`Entry`, feature
+    /// `threads`): the way out's decrement gives 0 from here alone (the owner's gives
+    /// `FREE`), which sends the call to let go of the lock (`let_go`).
+    #[cfg(feature = "threads")]
+    pub(super) const SHARED_CALL: u8 = IN_CALL + 1;
+    /// Not the initializing thread, or the engine is shared, outside a call: neither it nor
+    /// the value the way in makes of it (`NO` + 1) is `FREE`, `IN_CALL` or `SHARED_CALL`.
+    pub(super) const NO: u8 = 0x80;
 }
 
 thread_local! {
-    static OWNER: Cell<Owner> = const { Cell::new(Owner::No) };
+    static OWNER: Cell<u8> = const { Cell::new(mark::NO) };
 }
 
 /// Puts the engine in its place, at `initialize`, reached by this thread alone unless
@@ -101,7 +117,7 @@ pub(super) fn install(engine: AnyPml, shared: bool) {
     // SAFETY: no thread has the right to the engine yet (above), so nothing else reaches it.
     unsafe { *ENGINE.0.get() = Some(engine) };
     if !shared {
-        OWNER.with(|owner| owner.set(Owner::Free));
+        OWNER.with(|owner| owner.set(mark::FREE));
     }
 }
 
@@ -136,21 +152,21 @@ impl OwnersRight {
     /// call; `None` elsewhere.
     #[inline(always)]
     pub(super) fn take() -> Option<OwnersRight> {
-        let free = OWNER.with(|owner| {
-            let free = owner.get() == Owner::Free;
-            if free {
-                owner.set(Owner::InCall);
-            }
-            free
+        // One increment, whose result the branch tests: only `FREE` becomes `IN_CALL`.
+        let took = OWNER.with(|owner| {
+            let now = owner.get().wrapping_add(1);
+            owner.set(now);
+            now == mark::IN_CALL
         });
         // Not `then_some`, which makes its argument first: the right it then dropped, where
         // this thread has none, marked the thread free inside an enclosing call of its own
         // (so that a call inside a call reached the engine beside the outer one), and marked
-        // a thread that never had the right (`No`: not the initializing thread, or the engine
+        // a thread that never had the right (`NO`: not the initializing thread, or the engine
         // shared) as the owner between calls. The tests below fail on either.
-        if free {
+        if took {
             Some(OwnersRight(PhantomData))
         } else {
+            undo_take();
             None
         }
     }
@@ -165,6 +181,16 @@ impl OwnersRight {
     }
 }
 
+/// Puts back the mark that `OwnersRight::take`'s increment found, where it found no right.
+/// Out of line, so that the increment and its test stay one instruction and a branch: inline,
+/// the mark found was kept in a register for this, and the way in loaded, incremented and
+/// stored it apart (5 instructions where it is 2).
+#[cold]
+#[inline(never)]
+fn undo_take() {
+    OWNER.with(|owner| owner.set(owner.get().wrapping_sub(1)));
+}
+
 impl Drop for OwnersRight {
     #[inline(always)]
     fn drop(&mut self) {
@@ -172,10 +198,10 @@ impl Drop for OwnersRight {
         // for good (`InUserCode` puts back what it found).
         OWNER.with(|owner| {
             debug_assert!(
-                owner.get() == Owner::InCall,
+                owner.get() == mark::IN_CALL,
                 "an owner's right outside a call"
             );
-            owner.set(Owner::Free)
+            owner.set(mark::FREE)
         });
     }
 }
@@ -192,6 +218,8 @@ impl Entry {
         }
         #[cfg(feature = "threads")]
         if shared::hold_for_call() {
+            // What the drop's decrement tells from the owner's `IN_CALL`.
+            OWNER.with(|owner| owner.set(mark::SHARED_CALL));
             return Ok(Entry(PhantomData));
         }
         Err(refused())
@@ -220,7 +248,7 @@ impl Entry {
 /// collective applies its operation between calls). Each level's mark is set as the calls
 /// that have the right leave it, so that those calls look at nothing more.
 pub(super) struct InUserCode {
-    owner: Owner,
+    owner: u8,
     #[cfg(feature = "threads")]
     holding: shared::HoldingMark,
 }
@@ -230,8 +258,8 @@ impl InUserCode {
     pub(super) fn mark() -> InUserCode {
         let owner = OWNER.with(|owner| {
             let was = owner.get();
-            if was == Owner::Free {
-                owner.set(Owner::InCall);
+            if was == mark::FREE {
+                owner.set(mark::IN_CALL);
             }
             was
         });
@@ -263,7 +291,7 @@ pub(super) fn refused() -> Cause {
     let holding = shared::holding();
     #[cfg(not(feature = "threads"))]
     let holding = false;
-    if holding || OWNER.with(Cell::get) == Owner::InCall {
+    if holding || OWNER.with(Cell::get) == mark::IN_CALL {
         Cause::NestedCall
     } else if !super::is_initialized() || super::is_finalized() {
         super::not_running()
@@ -278,14 +306,20 @@ pub(super) fn refused() -> Cause {
 impl Drop for Entry {
     #[inline(always)]
     fn drop(&mut self) {
-        OWNER.with(|owner| {
-            // Only the shared lock's holders are not marked in a call.
-            #[cfg(feature = "threads")]
-            if owner.get() != Owner::InCall {
-                return shared::let_go_after_call();
-            }
-            owner.set(Owner::Free)
-        });
+        // The owner's `IN_CALL` becomes `FREE`; with the feature `threads`, a shared call's
+        // `SHARED_CALL` becomes 0, the one value that sends the call to let go of the lock:
+        // one decrement and a branch on its result, where a load and test of the mark came
+        // before the store.
+        #[cfg(feature = "threads")]
+        if OWNER.with(|owner| {
+            let now = owner.get().wrapping_sub(1);
+            owner.set(now);
+            now == 0
+        }) {
+            let_go::let_go_shared();
+        }
+        #[cfg(not(feature = "threads"))]
+        OWNER.with(|owner| owner.set(mark::FREE));
     }
 }
 
@@ -316,9 +350,9 @@ mod tests {
     #[cfg(not(feature = "model-check"))]
     #[test]
     fn a_call_inside_a_call_leaves_the_outer_right_in_place() {
-        use super::{Owner, OWNER};
+        use super::{mark, OWNER};
 
-        OWNER.with(|owner| owner.set(Owner::Free));
+        OWNER.with(|owner| owner.set(mark::FREE));
         let outer = OwnersRight::take();
         assert!(
             outer.is_some(),
@@ -331,12 +365,12 @@ mod tests {
             );
         }
         assert!(
-            OWNER.with(|owner| owner.get() == Owner::InCall),
+            OWNER.with(|owner| owner.get() == mark::IN_CALL),
             "the refused calls let go of the outer call's right"
         );
         drop(outer);
-        assert!(OWNER.with(|owner| owner.get() == Owner::Free));
-        OWNER.with(|owner| owner.set(Owner::No));
+        assert!(OWNER.with(|owner| owner.get() == mark::FREE));
+        OWNER.with(|owner| owner.set(mark::NO));
     }
 
     /// A thread that is not the owner (or where the engine is shared) finds no right, and
@@ -345,9 +379,9 @@ mod tests {
     #[cfg(not(feature = "model-check"))]
     #[test]
     fn a_thread_without_the_right_stays_without_it() {
-        use super::{Owner, OWNER};
+        use super::{mark, OWNER};
 
-        OWNER.with(|owner| owner.set(Owner::No));
+        OWNER.with(|owner| owner.set(mark::NO));
         for call in 1..=2 {
             assert!(
                 OwnersRight::take().is_none(),
@@ -355,7 +389,7 @@ mod tests {
             );
         }
         assert!(
-            OWNER.with(|owner| owner.get() == Owner::No),
+            OWNER.with(|owner| owner.get() == mark::NO),
             "the refused calls marked a thread that is not the owner"
         );
     }
@@ -366,13 +400,13 @@ mod tests {
     #[cfg(not(feature = "model-check"))]
     #[test]
     fn an_entry_holds_the_owners_right_until_its_drop() {
-        use super::{Owner, OWNER};
+        use super::{mark, OWNER};
         use crate::error::Cause;
 
-        OWNER.with(|owner| owner.set(Owner::Free));
+        OWNER.with(|owner| owner.set(mark::FREE));
         let entry = Entry::enter().unwrap_or_else(|_| panic!("the free owner found no right"));
         assert!(
-            OWNER.with(|owner| owner.get() == Owner::InCall),
+            OWNER.with(|owner| owner.get() == mark::IN_CALL),
             "an Entry of the owner's right left the thread marked outside a call"
         );
         assert!(
@@ -385,9 +419,9 @@ mod tests {
         );
         drop(entry);
         assert!(
-            OWNER.with(|owner| owner.get() == Owner::Free),
+            OWNER.with(|owner| owner.get() == mark::FREE),
             "the Entry's drop did not give the owner's right back"
         );
-        OWNER.with(|owner| owner.set(Owner::No));
+        OWNER.with(|owner| owner.set(mark::NO));
     }
 }
