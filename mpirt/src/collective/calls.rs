@@ -73,7 +73,7 @@ impl<'a> Call<'a> {
     }
 
     fn reducing(mut self, op: impl Operation + 'a) -> Self {
-        self.op = Some(Reduction::of(op));
+        self.op = Some(op.reduction());
         self
     }
 
