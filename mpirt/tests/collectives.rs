@@ -110,6 +110,7 @@ fn rank_mode() {
             });
         }
         "refusals" => refusals(&world),
+        "root-refusals" => root_refusals(&world),
         "hierarchy-refusals" => hierarchy_refusals(&world),
         "hierarchy-lengths" => hierarchy_lengths(&world),
         "hierarchy-leader-fails" => hierarchy_leader_fails(&world),
@@ -3772,6 +3773,71 @@ fn refusals_of_all(world: &SimpleCommunicator) {
     check("all_to_all_varcount");
 }
 
+/// Each rooted call with the root (rank 0, then the last rank) refusing its arguments (its
+/// buffer that holds a block per rank, or its parts, one element short), the others' right:
+/// of 1 element a rank, and of 16 Ki (64 KiB, past the eager limits and the area's cells).
+/// Each rank reports its outcome, and an all-reduce after each call shows the ranks in step.
+fn root_refusals(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let n = size as usize;
+    for root_rank in [0, size - 1] {
+        let root = world.process_at_rank(root_rank);
+        let is_root = rank == root_rank;
+        for len in [1, 16384] {
+            let what = |call: &str| format!("{call} from {root_rank} of {len}");
+            let mine = vec![rank; len];
+            let short = vec![0i32; len * n - 1];
+            let (counts, displs): (Vec<Count>, Vec<Count>) =
+                (0..size).map(|r| (len as Count, r * len as Count)).unzip();
+
+            let result = if is_root {
+                root.try_gather_into_root(&mine[..], &mut short.clone()[..])
+            } else {
+                root.try_gather_into(&mine[..])
+            };
+            report_outcome(rank, &what("gather"), result);
+            check_in_step(world, &what("gather"));
+
+            let mut got = vec![-1i32; len];
+            let result = if is_root {
+                root.try_scatter_into_root(&short[..], &mut got[..])
+            } else {
+                root.try_scatter_into(&mut got[..])
+            };
+            report_outcome(rank, &what("scatter"), result);
+            check_in_step(world, &what("scatter"));
+
+            let sum = SystemOperation::sum();
+            let result = if is_root {
+                root.try_reduce_into_root(&mine[..], &mut vec![0i32; len - 1][..], sum)
+            } else {
+                root.try_reduce_into(&mine[..], sum)
+            };
+            report_outcome(rank, &what("reduce"), result);
+            check_in_step(world, &what("reduce"));
+
+            let result = if is_root {
+                let mut short = short.clone();
+                let mut parts = PartitionMut::new(&mut short[..], &counts[..], &displs[..]);
+                root.try_gather_varcount_into_root(&mine[..], &mut parts)
+            } else {
+                root.try_gather_varcount_into(&mine[..])
+            };
+            report_outcome(rank, &what("gather_varcount"), result);
+            check_in_step(world, &what("gather_varcount"));
+
+            let result = if is_root {
+                let parts = Partition::new(&short[..], &counts[..], &displs[..]);
+                root.try_scatter_varcount_into_root(&parts, &mut got[..])
+            } else {
+                root.try_scatter_varcount_into(&mut got[..])
+            };
+            report_outcome(rank, &what("scatter_varcount"), result);
+            check_in_step(world, &what("scatter_varcount"));
+        }
+    }
+}
+
 /// Prints `rank`'s outcome of the call `what`, for the test side to look for.
 fn report_outcome(rank: i32, what: &str, result: Result<(), mpirt::Error>) {
     match result {
@@ -5051,6 +5117,81 @@ fn a_rank_refusing_its_arguments_keeps_the_area_in_step() {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
     }
     assert!(!out.contains("all_reduce after"), "{out}");
+}
+
+/// A root that refuses its arguments to a rooted call (`root_refusals`: its buffer of a
+/// block per rank, or its parts, one element short) leaves no rank waiting, on every path:
+/// through the area (by default), by messages down the trees or linearly (forced), and by
+/// messages with the algorithms chosen by length (no area: `MPIRT_TEST_FAULT=area-map@0`),
+/// which release the ranks of a long gather down the tree. By messages the root runs its
+/// part draining: every rank it sends to (a scatter's, and a reduction's that exchanges with
+/// it) fails naming it; a rank that only sends to it (a gather's, a short reduction's) has
+/// its part done and succeeds, as in the area where its vector fits. The all-reduce after
+/// each call (by messages where the calls are) finds every rank in step: the communicator
+/// stays usable. Without the draining, the ranks wait for the root's messages for ever.
+#[test]
+fn a_root_refusing_its_arguments_leaves_no_rank_waiting() {
+    let refused = "refused its arguments to this call (its own error says why)";
+    let tree: &[(&str, &str)] = &[
+        ("MPIRT_COLL_GATHER", "binomial"),
+        ("MPIRT_COLL_SCATTER", "binomial"),
+        ("MPIRT_COLL_REDUCE", "binomial"),
+        ("MPIRT_COLL_ALLREDUCE", "recursive_doubling"),
+    ];
+    let linear: &[(&str, &str)] = &[
+        ("MPIRT_COLL_GATHER", "linear"),
+        ("MPIRT_COLL_SCATTER", "linear"),
+        ("MPIRT_COLL_REDUCE", "reduce_scatter_gather"),
+        ("MPIRT_COLL_ALLREDUCE", "recursive_doubling"),
+    ];
+    let no_area: &[(&str, &str)] = &[("MPIRT_TEST_FAULT", "area-map@0")];
+    type Envs<'e> = &'e [(&'e str, &'e str)];
+    let runs: [(&[u32], Envs); 4] = [
+        (&[3], &[]),
+        (&[2, 3, 5], tree),
+        (&[2, 3, 5], linear),
+        (&[5], no_area),
+    ];
+    for (sizes, envs) in runs {
+        for &size in sizes {
+            let (out, _) = ok_job_with(size, "root-refusals", envs);
+            let on = format!("{size} ranks {envs:?}");
+            assert!(
+                !out.contains("all_reduce after"),
+                "{on}: out of step\n{out}"
+            );
+            for root in [0, size - 1] {
+                for len in [1, 16384] {
+                    for (call, form) in [
+                        ("gather", "gather_into"),
+                        ("scatter", "scatter_into"),
+                        ("reduce", "reduce_into"),
+                        ("gather_varcount", "gather_varcount_into"),
+                        ("scatter_varcount", "scatter_varcount_into"),
+                    ] {
+                        let what = format!("{call} from {root} of {len}");
+                        let own = format!("{what}: rank {root}: {form}_root: ");
+                        let own_line = out.lines().find(|l| l.starts_with(&own));
+                        assert!(
+                            own_line.is_some_and(|l| !l.contains(refused)),
+                            "{on}: the root's own cause: missing {own:?} in\n{out}"
+                        );
+                        for rank in (0..size).filter(|&r| r != root) {
+                            let named =
+                                format!("{what}: rank {rank}: {form}: rank {root} {refused}");
+                            let ok = format!("{what}: rank {rank}: ok");
+                            // A scatter's ranks all hear from the root; a gather's or a
+                            // reduction's may have only sent to it.
+                            let fine = out
+                                .lines()
+                                .any(|l| l == named || (!call.starts_with("scatter") && l == ok));
+                            assert!(fine, "{on}: rank {rank}: missing {named:?} in\n{out}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A rank that refuses its arguments to a collective without a root still takes its part in
