@@ -98,7 +98,8 @@ impl<'a> Call<'a> {
 /// enough to plan the root's part in the call its peers make (from the buffer that says the
 /// lengths they go by), which the root then runs draining ([`drain`]), so that no peer waits
 /// for it. The parts of a call of parts of any length are the peers' alone to know: the
-/// root's are planned empty (every rank's message is received all the same, into none).
+/// root's are planned empty, its own included (every rank's message is received all the
+/// same, into none, and every rank sent one).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Refused {
     Reduce {
@@ -120,7 +121,6 @@ pub(crate) enum Refused {
     },
     ScatterVarcount {
         root: Rank,
-        own: usize,
     },
 }
 
@@ -131,7 +131,7 @@ impl Refused {
             | Refused::Gather { root, .. }
             | Refused::GatherVarcount { root }
             | Refused::Scatter { root, .. }
-            | Refused::ScatterVarcount { root, .. } => root,
+            | Refused::ScatterVarcount { root } => root,
         }
     }
 
@@ -153,8 +153,8 @@ impl Refused {
                 build::gather_varcount(ranks, root, 0, Some(&none), placement)
             }
             Refused::Scatter { block, .. } => build::scatter(ranks, root, block, placement),
-            Refused::ScatterVarcount { own, .. } => {
-                build::scatter_varcount(ranks, root, Some(&none), own, placement)
+            Refused::ScatterVarcount { .. } => {
+                build::scatter_varcount(ranks, root, Some(&none), 0, placement)
             }
         }
     }

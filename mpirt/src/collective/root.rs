@@ -381,10 +381,7 @@ pub trait Root {
                     OPERATION,
                     select::scatter_in_shared_memory(),
                     own_kind(recv.matched()),
-                    Refused::ScatterVarcount {
-                        root,
-                        own: recv.byte_len(),
-                    },
+                    Refused::ScatterVarcount { root },
                 ),
             )?;
         received_by_area_or_messages(
@@ -422,10 +419,7 @@ pub trait Root {
                     OPERATION,
                     select::scatter_in_shared_memory(),
                     own_kind(recv.matched()),
-                    Refused::ScatterVarcount {
-                        root,
-                        own: recv.byte_len(),
-                    },
+                    Refused::ScatterVarcount { root },
                 ),
             )?;
         let outgoing = outgoing.expect("the root has the parts");
