@@ -110,6 +110,7 @@ fn rank_mode() {
             });
         }
         "refusals" => refusals(&world),
+        "root-refusals" => root_refusals(&world),
         "hierarchy-refusals" => hierarchy_refusals(&world),
         "hierarchy-lengths" => hierarchy_lengths(&world),
         "hierarchy-leader-fails" => hierarchy_leader_fails(&world),
@@ -1488,11 +1489,14 @@ const ROUNDS: u64 = 300;
 /// Eight immediate collectives of kept plans (small: 8 bytes a rank), nine of parts that
 /// counts and displacements place (the `_varcount` forms, the counted reduce-scatter and the
 /// neighbourhood calls on a ring of the ranks, whose plans are kept by their counts and
-/// displacements too) and three blocking ones, called over and over: the allocations this
-/// rank's thread made in `ROUNDS` rounds of them, after as many rounds to warm up. Each
-/// immediate call used to allocate its execution, its request and its transfer list, 3
-/// allocations a call or more, and the parted ones planned and checked afresh each time
-/// (their parts, rounds and the plan's box: 10 allocations a call or more).
+/// displacements too), three blocking ones, and four reductions under user-defined
+/// operations (all-reduce, reduce-scatter, scan and reduce) immediate and four blocking,
+/// called over and over: the allocations this rank's thread made in `ROUNDS` rounds of them,
+/// after as many rounds to warm up. Each immediate call used to allocate its execution, its
+/// request and its transfer list, 3 allocations a call or more, and the parted ones planned
+/// and checked afresh each time (their parts, rounds and the plan's box: 10 allocations a
+/// call or more); a call under a user-defined operation by messages boxed the operation (1
+/// allocation a call).
 fn allocations_per_call(world: &SimpleCommunicator) {
     let (n, me) = (world.size() as usize, world.rank());
     let root = world.process_at_rank(0);
@@ -1519,6 +1523,23 @@ fn allocations_per_call(world: &SimpleCommunicator) {
     let (mut neighbours, mut neighbours_exchanged) = ([0u64; 2], [0u64; 2]);
     let (mut neighbours_parted, mut neighbours_parted_exchanged) = ([0u64; 2], [0u64; 2]);
     let pair = [me as u64; 2];
+    // User-defined operations, made once and lent to every call: a commutative one, and
+    // one that is not (as rsmpi programs pass them, by reference).
+    let add = UserOperation::commutative(|incoming, acc| {
+        let incoming: &[u64] = incoming.downcast().expect("u64s");
+        for (x, y) in incoming.iter().zip(acc.downcast::<u64>().expect("u64s")) {
+            *y = y.wrapping_add(*x);
+        }
+    });
+    // `x ∘ y = x`, the lower rank's: associative, not commutative.
+    let first = UserOperation::associative(|incoming, acc| {
+        let incoming: &[u64] = incoming.downcast().expect("u64s");
+        acc.downcast::<u64>()
+            .expect("u64s")
+            .copy_from_slice(incoming);
+    });
+    let (mut user_sum, mut user_reduced, mut user_block, mut user_scan) =
+        ([0u64], [0u64], [0u64], [0u64]);
     let mut round = || {
         world.immediate_barrier().wait();
         let sent = Partition::new(&each[..], &ones[..], &displs[..]);
@@ -1608,9 +1629,34 @@ fn allocations_per_call(world: &SimpleCommunicator) {
                 root.immediate_scatter_into(scope, &mut spread[..]).wait();
             }
         });
+        request::scope(|scope| {
+            world
+                .immediate_all_reduce_into(scope, &mine[..], &mut user_sum[..], &add)
+                .wait();
+            world
+                .immediate_reduce_scatter_block_into(scope, &each[..], &mut user_block[..], &add)
+                .wait();
+            world
+                .immediate_scan_into(scope, &mine[..], &mut user_scan[..], &first)
+                .wait();
+            if me == 0 {
+                root.immediate_reduce_into_root(scope, &mine[..], &mut user_reduced[..], &add)
+                    .wait();
+            } else {
+                root.immediate_reduce_into(scope, &mine[..], &add).wait();
+            }
+        });
         world.barrier();
         root.broadcast_into(&mut cast[..]);
         world.all_reduce_into(&mine[..], &mut sum[..], SystemOperation::sum());
+        world.all_reduce_into(&mine[..], &mut user_sum[..], &add);
+        world.reduce_scatter_block_into(&each[..], &mut user_block[..], &add);
+        world.scan_into(&mine[..], &mut user_scan[..], &first);
+        if me == 0 {
+            root.reduce_into_root(&mine[..], &mut user_reduced[..], &first);
+        } else {
+            root.reduce_into(&mine[..], &first);
+        }
     };
     for _ in 0..ROUNDS {
         round();
@@ -1622,9 +1668,27 @@ fn allocations_per_call(world: &SimpleCommunicator) {
     let made = allocations() - before;
     let want: u64 = (1..=n as u64).sum();
     assert_eq!(sum, [want], "rank {me}: the last all-reduce");
+    assert_eq!(
+        user_sum,
+        [want],
+        "rank {me}: the last all-reduce by a user operation"
+    );
+    let ranks_sum: u64 = (0..n as u64).sum();
+    assert_eq!(
+        user_block,
+        [ranks_sum],
+        "rank {me}: the last reduce-scatter by one"
+    );
+    assert_eq!(
+        user_scan,
+        [1],
+        "rank {me}: the last scan by a user operation"
+    );
+    if me == 0 {
+        assert_eq!(user_reduced, [1], "the last reduction by a user operation");
+    }
     let ranks: Vec<u64> = (1..=n as u64).collect();
     assert_eq!(parted, ranks, "rank {me}: the last all_gather_varcount");
-    let ranks_sum: u64 = (0..n as u64).sum();
     assert_eq!(
         scattered_sum,
         [ranks_sum],
@@ -3797,6 +3861,71 @@ fn refusals_of_all(world: &SimpleCommunicator) {
     check("all_to_all_varcount");
 }
 
+/// Each rooted call with the root (rank 0, then the last rank) refusing its arguments (its
+/// buffer that holds a block per rank, or its parts, one element short), the others' right:
+/// of 1 element a rank, and of 16 Ki (64 KiB, past the eager limits and the area's cells).
+/// Each rank reports its outcome, and an all-reduce after each call shows the ranks in step.
+fn root_refusals(world: &SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    let n = size as usize;
+    for root_rank in [0, size - 1] {
+        let root = world.process_at_rank(root_rank);
+        let is_root = rank == root_rank;
+        for len in [1, 16384] {
+            let what = |call: &str| format!("{call} from {root_rank} of {len}");
+            let mine = vec![rank; len];
+            let short = vec![0i32; len * n - 1];
+            let (counts, displs): (Vec<Count>, Vec<Count>) =
+                (0..size).map(|r| (len as Count, r * len as Count)).unzip();
+
+            let result = if is_root {
+                root.try_gather_into_root(&mine[..], &mut short.clone()[..])
+            } else {
+                root.try_gather_into(&mine[..])
+            };
+            report_outcome(rank, &what("gather"), result);
+            check_in_step(world, &what("gather"));
+
+            let mut got = vec![-1i32; len];
+            let result = if is_root {
+                root.try_scatter_into_root(&short[..], &mut got[..])
+            } else {
+                root.try_scatter_into(&mut got[..])
+            };
+            report_outcome(rank, &what("scatter"), result);
+            check_in_step(world, &what("scatter"));
+
+            let sum = SystemOperation::sum();
+            let result = if is_root {
+                root.try_reduce_into_root(&mine[..], &mut vec![0i32; len - 1][..], sum)
+            } else {
+                root.try_reduce_into(&mine[..], sum)
+            };
+            report_outcome(rank, &what("reduce"), result);
+            check_in_step(world, &what("reduce"));
+
+            let result = if is_root {
+                let mut short = short.clone();
+                let mut parts = PartitionMut::new(&mut short[..], &counts[..], &displs[..]);
+                root.try_gather_varcount_into_root(&mine[..], &mut parts)
+            } else {
+                root.try_gather_varcount_into(&mine[..])
+            };
+            report_outcome(rank, &what("gather_varcount"), result);
+            check_in_step(world, &what("gather_varcount"));
+
+            let result = if is_root {
+                let parts = Partition::new(&short[..], &counts[..], &displs[..]);
+                root.try_scatter_varcount_into_root(&parts, &mut got[..])
+            } else {
+                root.try_scatter_varcount_into(&mut got[..])
+            };
+            report_outcome(rank, &what("scatter_varcount"), result);
+            check_in_step(world, &what("scatter_varcount"));
+        }
+    }
+}
+
 /// Prints `rank`'s outcome of the call `what`, for the test side to look for.
 fn report_outcome(rank: i32, what: &str, result: Result<(), mpirt::Error>) {
     match result {
@@ -4203,9 +4332,9 @@ fn collectives_of_one_shape_called_again_run_their_kept_plans() {
 
 /// Kept-plan collectives called again allocate nothing per call once warmed up
 /// (`allocations_per_call`; the `_varcount`, counted reduce-scatter and neighbourhood forms
-/// among them), on 1 to 3 ranks (on shared memory here; the launchers' runs across hosts put
-/// some over TCP, where no per-call allocation was seen either): fewer allocations than
-/// rounds of 20 calls (what is left: the PML's queues for new tags, until as many are kept as
+/// among them, and reductions under user-defined operations), on 1 to 3 ranks (on shared
+/// memory here; the launchers' runs across hosts put some over TCP, where no per-call
+/// allocation was seen either): fewer allocations than rounds of 28 calls (what is left: the PML's queues for new tags, until as many are kept as
 /// it keeps: 0 to 44 in 300 rounds of 11 calls here, loaded, and 2 to 5 in 3,000).
 #[test]
 fn collectives_called_again_allocate_nothing_per_call() {
@@ -4232,7 +4361,7 @@ fn collectives_called_again_allocate_nothing_per_call() {
             println!("{n} ranks: rank {rank} made {made} allocations in {ROUNDS} rounds");
             assert!(
                 made < ROUNDS,
-                "{n} ranks: rank {rank} made {made} allocations in {ROUNDS} rounds of 20 calls"
+                "{n} ranks: rank {rank} made {made} allocations in {ROUNDS} rounds of 28 calls"
             );
         }
     }
@@ -5183,6 +5312,81 @@ fn a_rank_refusing_its_arguments_keeps_the_area_in_step() {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
     }
     assert!(!out.contains("all_reduce after"), "{out}");
+}
+
+/// A root that refuses its arguments to a rooted call (`root_refusals`: its buffer of a
+/// block per rank, or its parts, one element short) leaves no rank waiting, on every path:
+/// through the area (by default), by messages down the trees or linearly (forced), and by
+/// messages with the algorithms chosen by length (no area: `MPIRT_TEST_FAULT=area-map@0`),
+/// which release the ranks of a long gather down the tree. By messages the root runs its
+/// part draining: every rank it sends to (a scatter's, and a reduction's that exchanges with
+/// it) fails naming it; a rank that only sends to it (a gather's, a short reduction's) has
+/// its part done and succeeds, as in the area where its vector fits. The all-reduce after
+/// each call (by messages where the calls are) finds every rank in step: the communicator
+/// stays usable. Without the draining, the ranks wait for the root's messages for ever.
+#[test]
+fn a_root_refusing_its_arguments_leaves_no_rank_waiting() {
+    let refused = "refused its arguments to this call (its own error says why)";
+    let tree: &[(&str, &str)] = &[
+        ("MPIRT_COLL_GATHER", "binomial"),
+        ("MPIRT_COLL_SCATTER", "binomial"),
+        ("MPIRT_COLL_REDUCE", "binomial"),
+        ("MPIRT_COLL_ALLREDUCE", "recursive_doubling"),
+    ];
+    let linear: &[(&str, &str)] = &[
+        ("MPIRT_COLL_GATHER", "linear"),
+        ("MPIRT_COLL_SCATTER", "linear"),
+        ("MPIRT_COLL_REDUCE", "reduce_scatter_gather"),
+        ("MPIRT_COLL_ALLREDUCE", "recursive_doubling"),
+    ];
+    let no_area: &[(&str, &str)] = &[("MPIRT_TEST_FAULT", "area-map@0")];
+    type Envs<'e> = &'e [(&'e str, &'e str)];
+    let runs: [(&[u32], Envs); 4] = [
+        (&[3], &[]),
+        (&[2, 3, 5], tree),
+        (&[2, 3, 5], linear),
+        (&[5], no_area),
+    ];
+    for (sizes, envs) in runs {
+        for &size in sizes {
+            let (out, _) = ok_job_with(size, "root-refusals", envs);
+            let on = format!("{size} ranks {envs:?}");
+            assert!(
+                !out.contains("all_reduce after"),
+                "{on}: out of step\n{out}"
+            );
+            for root in [0, size - 1] {
+                for len in [1, 16384] {
+                    for (call, form) in [
+                        ("gather", "gather_into"),
+                        ("scatter", "scatter_into"),
+                        ("reduce", "reduce_into"),
+                        ("gather_varcount", "gather_varcount_into"),
+                        ("scatter_varcount", "scatter_varcount_into"),
+                    ] {
+                        let what = format!("{call} from {root} of {len}");
+                        let own = format!("{what}: rank {root}: {form}_root: ");
+                        let own_line = out.lines().find(|l| l.starts_with(&own));
+                        assert!(
+                            own_line.is_some_and(|l| !l.contains(refused)),
+                            "{on}: the root's own cause: missing {own:?} in\n{out}"
+                        );
+                        for rank in (0..size).filter(|&r| r != root) {
+                            let named =
+                                format!("{what}: rank {rank}: {form}: rank {root} {refused}");
+                            let ok = format!("{what}: rank {rank}: ok");
+                            // A scatter's ranks all hear from the root; a gather's or a
+                            // reduction's may have only sent to it.
+                            let fine = out
+                                .lines()
+                                .any(|l| l == named || (!call.starts_with("scatter") && l == ok));
+                            assert!(fine, "{on}: rank {rank}: missing {named:?} in\n{out}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A rank that refuses its arguments to a collective without a root still takes its part in

@@ -522,6 +522,7 @@ where
             select::allgather_in_shared_memory(),
             (send.matched().0, send.byte_len()),
             true,
+            None,
         ))?;
     area_or_messages(
         comm,
@@ -555,6 +556,7 @@ where
             select::allreduce_in_shared_memory(),
             (send.matched().0, send.byte_len()),
             op.is_commutative(),
+            None,
         ))?;
     area_or_messages(
         comm,

@@ -99,7 +99,7 @@ fn broadcast_by(algorithm: Broadcast, ranks: Ranks, root: u32, len: usize, eleme
         }
         Broadcast::Linear => exchange::linear_broadcast(&mut p, ranks, root, recv(len)),
     }
-    p.mark(algorithm.marked());
+    p.mark(algorithm.marked()).rooted(root);
     p
 }
 
@@ -114,7 +114,7 @@ pub(crate) fn reduce(
     let is_root = ranks.rank == root;
     let output = is_root.then(|| recv(len));
     let (algorithm, by_length) = select::reduce(len)?;
-    p.mark(algorithm.marked());
+    p.mark(algorithm.marked()).rooted(root);
     // Chosen by length, ranks may straddle the limit: the long algorithm runs the tree's
     // messages first, empty, and both release the ranks down the tree (the schedule's notes).
     let tree_root = tree::reduce_tree_root(root, commutative);
@@ -256,6 +256,7 @@ pub(crate) fn gather(
     placement: Option<Placement>,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
+    p.rooted(root);
     let is_root = ranks.rank == root;
     let total = block * ranks.size as usize;
     let (algorithm, by_length) = select::gather(total, placement.is_some())?;
@@ -308,6 +309,7 @@ pub(crate) fn gather_varcount(
     placement: Option<Placement>,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
+    p.rooted(root);
     let incoming = incoming.map(|i| parts(Region::Recv, i));
     match (select::gather_varcount(placement.is_some())?, placement) {
         (Rooted::Hierarchical, Some(placement)) => hosts::gather_varcount(
@@ -337,6 +339,7 @@ pub(crate) fn scatter(
     let algorithm = select::scatter(total, placement.is_some())?;
     if algorithm == Rooted::Hierarchical {
         let mut p = Plan::default();
+        p.rooted(root);
         let placement = placement.expect("chosen across hosts only");
         let input = (ranks.rank == root).then(|| send(total));
         hosts::scatter(&mut p, ranks, placement, root, input, recv(block));
@@ -380,7 +383,7 @@ fn scatter_by(algorithm: Rooted, ranks: Ranks, root: u32, block: usize) -> Plan 
             tree::scatter_direct(&mut p, ranks, root, outgoing.as_deref(), recv(block));
         }
     }
-    p.mark(algorithm.scatter_marked());
+    p.mark(algorithm.scatter_marked()).rooted(root);
     p
 }
 
@@ -394,6 +397,7 @@ pub(crate) fn scatter_varcount(
     placement: Option<Placement>,
 ) -> Result<Plan, Cause> {
     let mut p = Plan::default();
+    p.rooted(root);
     let outgoing = outgoing.map(|o| parts(Region::Send, o));
     match (select::scatter_varcount(placement.is_some())?, placement) {
         (Rooted::Hierarchical, Some(placement)) => hosts::scatter_varcount(
@@ -639,6 +643,61 @@ mod tests {
                     |rank| rank == root,
                     |me, long| gather(me, root, block + long as usize, None).expect("a plan"),
                 );
+            }
+        }
+    }
+
+    /// A rooted call's plan for a rank, on the ranks' hosts where they are told.
+    type RootedPlan<'p> = dyn Fn(Ranks, Option<Placement>) -> Plan + 'p;
+
+    /// A root that refused its arguments runs its plan drained (`Plan::drained`), the
+    /// other ranks theirs: every rank ends (the simulation panics where ranks wait for each
+    /// other or a message is left over), for every rooted call on 1 to 9 ranks from every
+    /// root, short and long (the long algorithms, and the gather's release down the tree),
+    /// on one host and on three (the plans through the hosts' leaders, which learn their
+    /// parts' lengths for a scatter of parts of any length).
+    #[test]
+    fn a_root_that_refused_drains_its_plan_and_every_rank_ends() {
+        for n in 1..=9u32 {
+            let three_hosts: Vec<u32> = (0..n).map(|r| r % 3).collect();
+            for root in 0..n {
+                for hosts in [None, Some(&three_hosts[..])] {
+                    for block in [8, 64 << 10] {
+                        // The root plans the parts of any length empty, its own included
+                        // (`calls::Refused`).
+                        let none = vec![(0, 0); n as usize];
+                        let is_root = |me: Ranks| me.rank == root;
+                        let own = |me: Ranks| if is_root(me) { 0 } else { block };
+                        let calls: [&RootedPlan; 7] = [
+                            &|me, _| broadcast(me, root, block, 4).expect("a plan"),
+                            &|me, _| reduce(me, root, block, 4, true).expect("a plan"),
+                            &|me, _| reduce(me, root, block, 4, false).expect("a plan"),
+                            &|me, at| gather(me, root, block, at).expect("a plan"),
+                            &|me, at| scatter(me, root, block, at).expect("a plan"),
+                            &|me, at| {
+                                let incoming = is_root(me).then_some(&none[..]);
+                                gather_varcount(me, root, own(me), incoming, at).expect("a plan")
+                            },
+                            &|me, at| {
+                                let outgoing = is_root(me).then_some(&none[..]);
+                                scatter_varcount(me, root, outgoing, own(me), at).expect("a plan")
+                            },
+                        ];
+                        for call in calls {
+                            let plans = (0..n)
+                                .map(|rank| {
+                                    let me = Ranks { rank, size: n };
+                                    let plan = call(me, hosts.map(Placement::new));
+                                    match is_root(me) {
+                                        true => plan.drained(),
+                                        false => plan,
+                                    }
+                                })
+                                .collect();
+                            simulation::run_marked(plans);
+                        }
+                    }
+                }
             }
         }
     }

@@ -74,7 +74,7 @@ impl<'a> Call<'a> {
     }
 
     fn reducing(mut self, op: impl Operation + 'a) -> Self {
-        self.op = Some(Reduction::of(op));
+        self.op = Some(op.reduction());
         self
     }
 
@@ -125,6 +125,94 @@ impl<'a> Call<'a> {
             false => Begun::Execution(unsafe { self.start(comm) }),
         }
     }
+}
+
+/// What a rank knows of a rooted call whose arguments it refused, where it may be the root:
+/// enough to plan the root's part in the call its peers make (from the buffer that says the
+/// lengths they go by), which the root then runs draining ([`drain`]), so that no peer waits
+/// for it. The parts of a call of parts of any length are the peers' alone to know: the
+/// root's are planned empty, its own included (every rank's message is received all the
+/// same, into none, and every rank sent one).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Refused {
+    Reduce {
+        root: Rank,
+        len: usize,
+        element: usize,
+        commutative: bool,
+    },
+    Gather {
+        root: Rank,
+        block: usize,
+    },
+    GatherVarcount {
+        root: Rank,
+    },
+    Scatter {
+        root: Rank,
+        block: usize,
+    },
+    ScatterVarcount {
+        root: Rank,
+    },
+}
+
+impl Refused {
+    fn root(self) -> Rank {
+        match self {
+            Refused::Reduce { root, .. }
+            | Refused::Gather { root, .. }
+            | Refused::GatherVarcount { root }
+            | Refused::Scatter { root, .. }
+            | Refused::ScatterVarcount { root } => root,
+        }
+    }
+
+    /// The root's plan, `root` its index, as its call would have it by messages.
+    fn plan(self, comm: &CommData, root: u32) -> Result<Plan, Cause> {
+        let ranks = ranks(comm);
+        let none = vec![(0, 0); comm.size as usize];
+        let hierarchy = serving(comm, |_| true);
+        let placement = placement(&hierarchy);
+        match self {
+            Refused::Reduce {
+                len,
+                element,
+                commutative,
+                ..
+            } => build::reduce(ranks, root, len, element, commutative),
+            Refused::Gather { block, .. } => build::gather(ranks, root, block, placement),
+            Refused::GatherVarcount { .. } => {
+                build::gather_varcount(ranks, root, 0, Some(&none), placement)
+            }
+            Refused::Scatter { block, .. } => build::scatter(ranks, root, block, placement),
+            Refused::ScatterVarcount { .. } => {
+                build::scatter_varcount(ranks, root, Some(&none), 0, placement)
+            }
+        }
+    }
+}
+
+/// Where this rank is the root of the call `refused` describes, which it refused for
+/// `cause`, and its peers go by messages: runs its part draining (`Execution::draining`),
+/// so that every peer's message is taken and every one a peer waits for is sent, empty and
+/// marked refused (those peers fail naming the root); `false` where it is not the root, or
+/// no plan could be made (then every rank's plan fails alike), and it ran nothing.
+pub(crate) fn drain(comm: &CommData, refused: Refused, cause: &Cause) -> bool {
+    let Some(root) = comm
+        .check_rank(refused.root())
+        .ok()
+        .filter(|&root| root == comm.rank)
+    else {
+        return false;
+    };
+    let Ok(plan) = refused.plan(comm, root) else {
+        return false;
+    };
+    // The root's error is its own cause, whatever its draining met: a peer's disagreement
+    // follows from the refusal, and a broken transport is the next call's to report.
+    let _ = Execution::draining(comm.clone(), &plan, cause.clone()).run();
+    true
 }
 
 /// The shape of a call of `form` rooted at `root` (0 where unrooted), and what its buffers'

@@ -285,7 +285,9 @@ mod tests {
         assert_eq!(comm.next_tag(), second_tag(), "refused before the area");
 
         let comm = CommData::world(1, 2);
-        shared::refusing_hierarchically(&comm, "op", Ok(false), (datatype, 1), true)(refusal());
+        shared::refusing_hierarchically(&comm, "op", Ok(false), (datatype, 1), true, None)(
+            refusal(),
+        );
         assert_eq!(
             comm.next_tag(),
             second_tag(),

@@ -26,10 +26,21 @@ pub trait Operation {
     #[doc(hidden)]
     fn apply(&self, datatype: Datatype, incoming: &[u8], acc: &mut [u8]);
 
-    /// The built-in operation this is, if it is one: a call holds it by value, not boxed.
+    /// How a call's execution holds this operation, given by value: boxed, unless the
+    /// operation says a cheaper way.
     #[doc(hidden)]
-    fn builtin(&self) -> Option<SystemOperation> {
-        None
+    fn reduction<'r>(self) -> Reduction<'r>
+    where
+        Self: Sized + 'r,
+    {
+        Reduction::Boxed(Box::new(self))
+    }
+
+    /// How a call's execution holds this operation, lent for `'r`: boxed (the reference),
+    /// unless the operation says a cheaper way.
+    #[doc(hidden)]
+    fn reduction_lent<'r>(&'r self) -> Reduction<'r> {
+        Reduction::Boxed(Box::new(self))
     }
 }
 
@@ -43,30 +54,37 @@ impl<T: Operation + ?Sized> Operation for &T {
     fn apply(&self, datatype: Datatype, incoming: &[u8], acc: &mut [u8]) {
         (**self).apply(datatype, incoming, acc)
     }
-    fn builtin(&self) -> Option<SystemOperation> {
-        (**self).builtin()
+    // A reference is held as the operation it lends, for as long as it lends it.
+    fn reduction<'r>(self) -> Reduction<'r>
+    where
+        Self: 'r,
+    {
+        T::reduction_lent(self)
+    }
+    fn reduction_lent<'r>(&'r self) -> Reduction<'r> {
+        T::reduction_lent(*self)
     }
 }
 
-/// A call's reduction as its execution holds it: a built-in one by value, so that a call
-/// with one allocates nothing for it; any other boxed.
-pub(crate) enum Reduction<'a> {
+/// A call's reduction as its execution holds it, without allocating for the operations a
+/// program names (rsmpi's forms): a built-in one by value, a [`UserOperation`] by reference
+/// (the caller lends it for the call), an [`UnsafeUserOperation`] by its reference; only an
+/// operation of another type given by value is boxed. Built by [`Operation::reduction`].
+#[doc(hidden)]
+pub enum Reduction<'r> {
     Builtin(SystemOperation),
-    Other(Box<dyn Operation + 'a>),
+    Lent(&'r (dyn Operation + 'r)),
+    Unsafe(&'r UnsafeUserOperation),
+    Boxed(Box<dyn Operation + 'r>),
 }
 
-impl<'a> Reduction<'a> {
-    pub fn of(op: impl Operation + 'a) -> Self {
-        match op.builtin() {
-            Some(builtin) => Reduction::Builtin(builtin),
-            None => Reduction::Other(Box::new(op)),
-        }
-    }
-
-    pub fn get(&self) -> &(dyn Operation + 'a) {
+impl<'r> Reduction<'r> {
+    pub(crate) fn get(&self) -> &(dyn Operation + 'r) {
         match self {
             Reduction::Builtin(builtin) => builtin,
-            Reduction::Other(op) => op.as_ref(),
+            Reduction::Lent(op) => *op,
+            Reduction::Unsafe(op) => op,
+            Reduction::Boxed(op) => op.as_ref(),
         }
     }
 }
@@ -305,8 +323,12 @@ impl Operation for SystemOperation {
         )
     }
 
-    fn builtin(&self) -> Option<SystemOperation> {
-        Some(*self)
+    fn reduction<'r>(self) -> Reduction<'r> {
+        Reduction::Builtin(self)
+    }
+
+    fn reduction_lent<'r>(&'r self) -> Reduction<'r> {
+        Reduction::Builtin(*self)
     }
 }
 
@@ -365,6 +387,10 @@ impl Operation for UserOperation<'_> {
                 DynBufferMut::from_parts(acc, datatype, count(acc)),
             )
         })
+    }
+
+    fn reduction_lent<'r>(&'r self) -> Reduction<'r> {
+        Reduction::Lent(self)
     }
 }
 
@@ -431,6 +457,15 @@ impl UnsafeUserOperation {
 impl Operation for &UnsafeUserOperation {
     fn is_commutative(&self) -> bool {
         self.commutative
+    }
+    fn reduction<'r>(self) -> Reduction<'r>
+    where
+        Self: 'r,
+    {
+        Reduction::Unsafe(self)
+    }
+    fn reduction_lent<'r>(&'r self) -> Reduction<'r> {
+        Reduction::Unsafe(self)
     }
     // The function casts its pointers to the element type and walks `len` of them, where a
     // reduction hands it the packed values: for a type with gaps those are shorter than
@@ -706,6 +741,34 @@ mod tests {
                 *b.add(i) += *a.add(i);
             }
         }
+    }
+
+    /// A call holds the operations a program names without a box (what lets a call of a kept
+    /// plan allocate nothing): given by value or by reference, a reference of a reference
+    /// included (a blocking call lends its own operation on).
+    #[cfg(not(feature = "model-check"))]
+    #[test]
+    fn calls_hold_the_named_operations_unboxed() {
+        let held = |reduction: Reduction<'_>| match reduction {
+            Reduction::Builtin(_) => "builtin",
+            Reduction::Lent(_) => "lent",
+            Reduction::Unsafe(_) => "unsafe",
+            Reduction::Boxed(_) => "boxed",
+        };
+        let sum = SystemOperation::sum();
+        assert_eq!(held(sum.reduction()), "builtin");
+        assert_eq!(held((&sum).reduction()), "builtin");
+        let user = UserOperation::commutative(|_, _| {});
+        assert_eq!(held((&user).reduction()), "lent");
+        assert_eq!(held((&&user).reduction()), "lent");
+        // SAFETY: `add_u32` reads `invec`, writes valid u32s to `inoutvec` and keeps nothing.
+        let unsafe_op = unsafe { UnsafeUserOperation::commutative(add_u32) };
+        assert_eq!(held((&unsafe_op).reduction()), "unsafe");
+        assert_eq!(held((&&unsafe_op).reduction()), "unsafe");
+        let lent: &dyn Operation = &user;
+        assert_eq!(held(lent.reduction()), "lent");
+        // Given by value, an operation that is not built in has nothing else to lend from.
+        assert_eq!(held(user.reduction()), "boxed");
     }
 
     /// Left out of the model checks' build, as `user_operations_see_typed_slices` is.

@@ -11,6 +11,7 @@ use crate::partition::{Partition, PartitionMut, PartitionedBuffer, PartitionedBu
 use crate::point_to_point::Count;
 use crate::request::Scope;
 
+use super::calls::Refused;
 use super::op::Operation;
 use super::{
     area_or_messages, calls, entered, immediate_from, immediate_into, intra_only,
@@ -104,6 +105,7 @@ pub trait Root {
                 select::reduce_in_shared_memory(),
                 own(send),
                 op.is_commutative(),
+                Some(refused_reduce(root, send, &op)),
             ))?;
         sent_by_area_or_messages(
             comm,
@@ -141,6 +143,7 @@ pub trait Root {
                 select::reduce_in_shared_memory(),
                 own(send),
                 op.is_commutative(),
+                Some(refused_reduce(root, send, &op)),
             ))?;
         area_or_messages(
             comm,
@@ -164,11 +167,15 @@ pub trait Root {
         let _in = entered(comm, "gather_into", Some(root));
         intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_gather(comm, root, send, None::<&NoBuffer>)
-            .map_err(shared::refusing(
+            .map_err(shared::refusing_root(
                 comm,
                 OPERATION,
                 select::gather_in_shared_memory(),
                 own(send),
+                Refused::Gather {
+                    root,
+                    block: send.byte_len(),
+                },
             ))?;
         sent_by_area_or_messages(
             comm,
@@ -195,11 +202,15 @@ pub trait Root {
         let _in = entered(comm, "gather_into_root", Some(root));
         intra_only(comm, OPERATION)?;
         let (checked, datatype) =
-            calls::check_gather(comm, root, send, Some(&*recv)).map_err(shared::refusing(
+            calls::check_gather(comm, root, send, Some(&*recv)).map_err(shared::refusing_root(
                 comm,
                 OPERATION,
                 select::gather_in_shared_memory(),
                 own(send),
+                Refused::Gather {
+                    root,
+                    block: send.byte_len(),
+                },
             ))?;
         area_or_messages(
             comm,
@@ -224,11 +235,12 @@ pub trait Root {
         intra_only(comm, OPERATION)?;
         let (checked, datatype, _) =
             calls::check_gather_varcount(comm, root, send, None::<&NoPartsMut>).map_err(
-                shared::refusing(
+                shared::refusing_root(
                     comm,
                     OPERATION,
                     select::gather_in_shared_memory(),
                     own_kind(send.matched()),
+                    Refused::GatherVarcount { root },
                 ),
             )?;
         sent_by_area_or_messages(
@@ -261,11 +273,12 @@ pub trait Root {
         intra_only(comm, OPERATION)?;
         let (checked, datatype, incoming) =
             calls::check_gather_varcount(comm, root, send, Some(&*recv)).map_err(
-                shared::refusing(
+                shared::refusing_root(
                     comm,
                     OPERATION,
                     select::gather_in_shared_memory(),
                     own_kind(send.matched()),
+                    Refused::GatherVarcount { root },
                 ),
             )?;
         let incoming = incoming.expect("the root has the parts");
@@ -295,11 +308,15 @@ pub trait Root {
         let _in = entered(comm, "scatter_into", Some(root));
         intra_only(comm, OPERATION)?;
         let (checked, datatype) = calls::check_scatter(comm, root, None::<&NoBuffer>, recv)
-            .map_err(shared::refusing(
+            .map_err(shared::refusing_root(
                 comm,
                 OPERATION,
                 select::scatter_in_shared_memory(),
                 (recv.matched().0, recv.byte_len()),
+                Refused::Scatter {
+                    root,
+                    block: recv.byte_len(),
+                },
             ))?;
         received_by_area_or_messages(
             comm,
@@ -326,11 +343,15 @@ pub trait Root {
         let _in = entered(comm, "scatter_into_root", Some(root));
         intra_only(comm, OPERATION)?;
         let (checked, datatype) =
-            calls::check_scatter(comm, root, Some(send), recv).map_err(shared::refusing(
+            calls::check_scatter(comm, root, Some(send), recv).map_err(shared::refusing_root(
                 comm,
                 OPERATION,
                 select::scatter_in_shared_memory(),
                 (recv.matched().0, recv.byte_len()),
+                Refused::Scatter {
+                    root,
+                    block: recv.byte_len(),
+                },
             ))?;
         area_or_messages(
             comm,
@@ -355,11 +376,12 @@ pub trait Root {
         intra_only(comm, OPERATION)?;
         let (checked, datatype, _) =
             calls::check_scatter_varcount(comm, root, None::<&NoParts>, recv).map_err(
-                shared::refusing(
+                shared::refusing_root(
                     comm,
                     OPERATION,
                     select::scatter_in_shared_memory(),
                     own_kind(recv.matched()),
+                    Refused::ScatterVarcount { root },
                 ),
             )?;
         received_by_area_or_messages(
@@ -392,11 +414,12 @@ pub trait Root {
         intra_only(comm, OPERATION)?;
         let (checked, datatype, outgoing) =
             calls::check_scatter_varcount(comm, root, Some(send), recv).map_err(
-                shared::refusing(
+                shared::refusing_root(
                     comm,
                     OPERATION,
                     select::scatter_in_shared_memory(),
                     own_kind(recv.matched()),
+                    Refused::ScatterVarcount { root },
                 ),
             )?;
         let outgoing = outgoing.expect("the root has the parts");
@@ -621,6 +644,17 @@ impl Root for Process<'_> {
     }
     fn root_comm(&self) -> &CommData {
         self.data()
+    }
+}
+
+/// A reduction to `root` of `send` under `op`, as its root plans it where it refused its
+/// arguments (`calls::drain`).
+fn refused_reduce<S: Buffer + ?Sized, O: Operation>(root: Rank, send: &S, op: &O) -> Refused {
+    Refused::Reduce {
+        root,
+        len: send.byte_len(),
+        element: send.matched().0.size(),
+        commutative: op.is_commutative(),
     }
 }
 

@@ -27,6 +27,17 @@
 //! receive, which its default error handler turns into the job's abort, where `try_` calls
 //! here return the error.
 //!
+//! A rooted call's root that refuses its own arguments (a buffer too short for the counts:
+//! checks only it can make) runs its part all the same, draining ([`Plan::drained`],
+//! [`Execution::draining`]): its plan's messages, each empty and marked [`REFUSED`], and its
+//! receives into none, truncating what arrives (its senders are done). A rank that receives
+//! such a message fails naming the root ([`Cause::PeerRefused`]) and marks its own later
+//! messages so, so that the ranks below it down a tree name the root too; a rank that only
+//! sends to the root (a gather's, a short reduction's) has done its part and succeeds, as in
+//! the shared-memory area. Every rank's count of calls stays in step: the communicator stays
+//! usable. A rank that refuses any other call, by messages, takes its tag alone, and its
+//! peers wait for it (`collective::refused_by_messages`).
+//!
 //! Ranks whose lengths fall on different sides of a limit in `select` pick different
 //! algorithms, whose message patterns differ. Every message of a [`Marked`] plan carries, in
 //! its tag's mark (which matching ignores: `pml::match_key`), the algorithms its sender has
@@ -235,7 +246,16 @@ pub(crate) struct Plan {
     initial: Vec<(Span, Vec<u8>)>,
     /// How the plan goes on from lengths it receives, where it depends on them.
     learn: Option<Learn>,
+    /// The call's root, where it has one: a message marked [`REFUSED`] says that the root
+    /// refused its arguments, and runs its part draining ([`Plan::drained`]).
+    root: Option<u32>,
 }
+
+/// The mark bit of a message of a rooted call whose root refused its arguments and runs the
+/// call draining (empty messages, receives into none), or of one passed on by a rank that
+/// heard so: its receiver fails naming the root ([`Cause::PeerRefused`]) rather than a
+/// length. The highest bit, which no rooted collective's algorithms take (they are two).
+const REFUSED: u8 = 1 << (pml::MARK_BITS - 1);
 
 /// One of a collective's algorithms, as its messages' marks name it: bit `index` of the
 /// mark, among `names`.
@@ -330,7 +350,68 @@ impl Plan {
     /// Marks this plan's messages as `marked`'s.
     pub fn mark(&mut self, marked: Marked) -> &mut Self {
         self.marked = Some(marked);
+        self.check_refusal_mark();
         self
+    }
+
+    /// Makes this the plan of a call rooted at `root` (a rank of the call's communicator),
+    /// whose messages may say that the root refused its arguments ([`REFUSED`]).
+    pub fn rooted(&mut self, root: u32) -> &mut Self {
+        self.root = Some(root);
+        self.check_refusal_mark();
+        self
+    }
+
+    /// A rooted call's algorithms leave the [`REFUSED`] bit free (checked as plans are built,
+    /// not as they run).
+    fn check_refusal_mark(&self) {
+        if let (Some(_), Some(marked)) = (self.root, self.marked) {
+            assert!(
+                marked.bit & REFUSED == 0 && (marked.names.len() as u32) < pml::MARK_BITS,
+                "collective plan: a rooted call's algorithms take the refusal's mark"
+            );
+        }
+    }
+
+    /// This plan as a root that refused its arguments runs it: every transfer of every round
+    /// (and of the rounds it learns, or releases) empty, receives into none (a longer message
+    /// is truncated, and its sender done), no copies or reductions, no buffers, and its
+    /// algorithm its own (it leads, and follows none). Every peer then gets each message it
+    /// waits for, and no message of a peer waits for a receive.
+    pub fn drained(&self) -> Plan {
+        let empty = Span::new(Region::Recv, 0, 0);
+        let rounds = self.rounds.iter().map(|round| Round {
+            transfers: round
+                .transfers
+                .iter()
+                .map(|transfer| match *transfer {
+                    Transfer::Send { to, .. } => Transfer::Send { to, span: empty },
+                    Transfer::Recv { from, .. } => Transfer::Recv { from, span: empty },
+                })
+                .collect(),
+            ..Round::default()
+        });
+        let learn = self.learn.as_ref().map(|learn| {
+            // The lengths land on no buffer: the rest is planned as if every part were
+            // empty, each received all the same (as a part no buffer could be made for).
+            let (parts, build) = (learn.lengths.len / LENGTH, Rc::clone(&learn.build));
+            let rest: Rest = Rc::new(move |_: &[usize], _: &[bool]| {
+                build(&vec![0; parts], &vec![true; parts]).drained()
+            });
+            Learn {
+                after: learn.after,
+                lengths: empty,
+                build: rest,
+            }
+        });
+        Plan {
+            rounds: rounds.collect(),
+            marked: self.marked,
+            checkpoint: self.checkpoint,
+            learn,
+            root: self.root,
+            ..Plan::default()
+        }
     }
 
     /// The rounds planned so far.
@@ -1182,6 +1263,9 @@ pub(crate) struct Noted {
     /// The algorithm (a mark bit) the sender of the first message runs, where this plan
     /// follows it and it is not this rank's.
     switch_to: Option<u8>,
+    /// [`REFUSED`] where this rank's messages say that the call's root refused its
+    /// arguments (it is the root, draining, or heard so), else 0.
+    refusal: u8,
 }
 
 impl Noted {
@@ -1194,6 +1278,7 @@ impl Noted {
             own,
             heard: Vec::new(),
             switch_to: None,
+            refusal: 0,
         }
     }
 
@@ -1202,10 +1287,11 @@ impl Noted {
         self.seen != self.own
     }
 
-    /// The tag this rank's sends carry on the call's `tag`: the algorithms it has seen, in
-    /// the mark (matching ignores it; receives are posted on the call's tag).
+    /// The tag this rank's sends carry on the call's `tag`: the algorithms it has seen, and
+    /// [`REFUSED`] where it heard of a refusal, in the mark (matching ignores it; receives
+    /// are posted on the call's tag).
     fn marked_tag(&self, tag: i32) -> i32 {
-        tag + i32::from(self.seen)
+        tag + i32::from(self.seen | self.refusal)
     }
 
     /// Keeps what a finished transfer of round `round` of `plan` says: the algorithms a
@@ -1234,6 +1320,7 @@ impl Noted {
         disagreement: Option<Cause>,
         mark: u8,
     ) {
+        let mark = self.note_refusal(plan, mark);
         if let (Some((from, _)), Some(marked)) = (recv, plan.marked) {
             let others = mark & !marked.bit;
             if others != 0 {
@@ -1252,6 +1339,23 @@ impl Noted {
         }
         if let Some(cause) = disagreement {
             self.spoiled.get_or_insert(cause);
+        }
+    }
+
+    /// `mark` without the [`REFUSED`] bit, where the plan's call has a root; a message that
+    /// carried it spoils the call naming the root (the cause of any disagreement its empty
+    /// bytes make), and this rank's later messages carry it on. The root itself, draining,
+    /// keeps its own cause.
+    fn note_refusal(&mut self, plan: &Plan, mark: u8) -> u8 {
+        match plan.root {
+            Some(root) if mark & REFUSED != 0 => {
+                if self.refusal == 0 {
+                    self.refusal = REFUSED;
+                    self.spoiled = Some(Cause::PeerRefused { peer: root as i32 });
+                }
+                mark & !REFUSED
+            }
+            _ => mark,
         }
     }
 }
@@ -1380,6 +1484,21 @@ impl<'a> Execution<'a> {
         execution.next_round = round;
         execution.noted = noted;
         execution.round_done();
+        execution
+    }
+
+    /// This rank's part of `plan`, a rooted call's plan for this rank as its root, run
+    /// draining ([`Plan::drained`]) after the root refused its arguments for `refusal`: on
+    /// no buffer, every message it sends marked [`REFUSED`], so that each peer that hears
+    /// from it (or from a rank that heard so) fails naming it; it fails with `refusal`.
+    pub fn draining(comm: CommData, plan: &Plan, refusal: Cause) -> Execution<'static> {
+        let none = Datatype::plain(0, "none");
+        let drained = Checked::new(plan.drained(), 0, 0, true);
+        // SAFETY: the drained plan's spans are all empty, in a receive buffer of none, and
+        // it has no scratch: nothing is read or written through the buffers' pointers.
+        let mut execution = unsafe { Execution::new(comm, drained, Buffers::none(), none, None) };
+        execution.noted.spoiled = Some(refusal);
+        execution.noted.refusal = REFUSED;
         execution
     }
 

@@ -105,7 +105,7 @@ use crate::environment::{self, with_engine};
 use crate::error::{Cause, Error};
 use crate::point_to_point::{post_runtime_send, wait_handle};
 
-use super::calls::Part;
+use super::calls::{Part, Refused};
 use super::hierarchy::{Hierarchy, Hosts};
 use super::op::{Operation, SystemOperation};
 use super::{blocking, calls, select};
@@ -2125,14 +2125,38 @@ pub(crate) fn refusing<'c>(
     comm: &'c CommData,
     operation: &'static str,
     wanted: Result<bool, Cause>,
+    own: (Datatype, usize),
+) -> impl FnOnce(Cause) -> Error + 'c {
+    refusing_as(comm, operation, wanted, own, None)
+}
+
+/// [`refusing`] for a rooted call, which `refused` describes: where the ranks go by
+/// messages and this rank is the root, it runs its part of the call draining
+/// (`calls::drain`), so that no peer waits for it.
+pub(crate) fn refusing_root<'c>(
+    comm: &'c CommData,
+    operation: &'static str,
+    wanted: Result<bool, Cause>,
+    own: (Datatype, usize),
+    refused: Refused,
+) -> impl FnOnce(Cause) -> Error + 'c {
+    refusing_as(comm, operation, wanted, own, Some(refused))
+}
+
+fn refusing_as<'c>(
+    comm: &'c CommData,
+    operation: &'static str,
+    wanted: Result<bool, Cause>,
     (datatype, bytes): (Datatype, usize),
+    refused: Option<Refused>,
 ) -> impl FnOnce(Cause) -> Error + 'c {
     move |cause| {
         match usable_area(comm, operation, wanted, datatype, bytes) {
             // A failure to take part (a peer's broken messaging) leaves this rank's own cause
             // the one to report.
             Ok(Some(area)) => drop(area.refuse()),
-            _ => super::refused_by_messages(comm),
+            Ok(None) => refused_by_messages(comm, refused, &cause),
+            Err(_) => super::refused_by_messages(comm),
         }
         Error::new(operation, cause)
     }
@@ -2141,13 +2165,15 @@ pub(crate) fn refusing<'c>(
 /// [`refusing`] for a call that may take the hierarchical path: a reduction or an all-reduce
 /// under an operation that is `commutative` or not, or an all-gather (`true`: the vectors go
 /// to their ranks' places whatever the hosts' order). On a communicator whose such
-/// calls take that path, this rank takes its part in that path's phases to say so.
+/// calls take that path, this rank takes its part in that path's phases to say so; by
+/// messages, a reduction's root that `refused` describes runs its part draining.
 pub(crate) fn refusing_hierarchically<'c>(
     comm: &'c CommData,
     operation: &'static str,
     wanted: Result<bool, Cause>,
     (datatype, bytes): (Datatype, usize),
     commutative: bool,
+    refused: Option<Refused>,
 ) -> impl FnOnce(Cause) -> Error + 'c {
     move |cause| {
         match meeting(comm, operation, wanted, datatype, bytes) {
@@ -2155,9 +2181,18 @@ pub(crate) fn refusing_hierarchically<'c>(
             // the one to report.
             Ok(Meeting::Area(area)) => drop(area.refuse()),
             Ok(Meeting::Hierarchy(parts)) if parts.serves(commutative) => parts.refuse(),
-            _ => super::refused_by_messages(comm),
+            Ok(_) => refused_by_messages(comm, refused, &cause),
+            Err(_) => super::refused_by_messages(comm),
         }
         Error::new(operation, cause)
+    }
+}
+
+/// A refusal where the ranks go by messages: the root of the call `refused` describes runs
+/// its part draining; any other rank takes the call's tag alone.
+fn refused_by_messages(comm: &CommData, refused: Option<Refused>, cause: &Cause) {
+    if !refused.is_some_and(|refused| calls::drain(comm, refused, cause)) {
+        super::refused_by_messages(comm);
     }
 }
 
