@@ -21,16 +21,17 @@
 //!   too. Only a launcher can ([`launcher_settings`]): the library reads it before `main`, so
 //!   an `initialize` under another launcher puts the signals' default actions back instead.
 //!
-//! A value the user set, 0 included, is theirs. rsrun puts all three into each rank's
-//! environment as it starts it ([`launcher_settings`]), so its ranks change no environment.
-//! Under other launchers (srun, mpirun, Hydra) mpirt's `initialize` sets the first two ([`prepare_environment`]) before
-//! libfabric loads: once its PMI-1 or PMI-2 bootstrap, which starts no thread, has the job's
-//! size, or under PMIx, whose client starts one, before it connects, sized by the launcher's
-//! variables ([`prepare_before_bootstrap`]); and only while the process runs one thread:
-//! `setenv` may reallocate the `environ`
-//! array while a `getenv` in another thread walks the old one, and only Rust's own `env::var`
-//! takes `env::set_var`'s lock, not C code (libfabric, a PMIx progress thread, the user's
-//! libraries). A program that started threads of its own before `initialize` gets neither.
+//! A value the user set, 0 included, is theirs. rsrun puts into each rank's environment as it
+//! starts it the third always and the first two where they apply ([`launcher_settings`]), so
+//! its ranks change no environment. Under other launchers (srun, mpirun, Hydra) mpirt's
+//! `initialize` sets the first two ([`prepare_environment`]) before libfabric loads: once its
+//! PMI-1 or PMI-2 bootstrap, which starts no thread, has the job's size, or under PMIx, whose
+//! client starts one, before it connects, sized by the launcher's variables
+//! ([`prepare_before_bootstrap`]); and only while the process runs one thread: `setenv` may
+//! reallocate the `environ` array while a `getenv` in another thread walks the old one, and
+//! only Rust's own `env::var` takes `env::set_var`'s lock, not C code (libfabric, a PMIx
+//! progress thread, the user's libraries). A program that started threads of its own before
+//! `initialize` gets neither.
 
 use std::sync::OnceLock;
 

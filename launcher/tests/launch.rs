@@ -769,6 +769,30 @@ fn wdir_sets_where_ranks_run_and_relative_programs_are_found_there() {
     fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Every rank starts with IPATH_NO_BACKTRACE=1, whatever its transport: libinfinipath, which
+/// loads with Debian's libfabric, reads it in its constructor before `main` (else it claims
+/// SIGTERM and exits from inside its handler beside the rank's threads: pml's `ofi::signals`),
+/// so only the launcher can set it in time. A value the rank's environment has stays.
+#[test]
+fn ranks_start_with_libinfinipath_kept_off_their_signals_unless_the_user_chose() {
+    let script = ["sh", "-c", "printenv IPATH_NO_BACKTRACE"];
+    for transport in [None, Some("tcp"), Some("ofi")] {
+        let mut args = vec!["-n", "2"];
+        if let Some(t) = transport {
+            args.extend(["--transport", t]);
+        }
+        args.extend(script);
+        let r = run(rsrun(&args).env_remove("IPATH_NO_BACKTRACE"), b"");
+        assert_eq!(r.code(), Some(0), "{transport:?}: {}", r.stderr);
+        assert_eq!(r.sorted_lines(), ["1", "1"], "{transport:?}");
+    }
+    let mut args = vec!["-n", "1"];
+    args.extend(script);
+    let r = run(rsrun(&args).env("IPATH_NO_BACKTRACE", "0"), b"");
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(r.sorted_lines(), ["0"]);
+}
+
 #[test]
 fn ranks_start_in_the_logical_working_directory_and_pwd_names_theirs() {
     // rsrun runs in `link`, a symlink to `real`, as a shell that `cd`ed through it would: PWD

@@ -11,9 +11,9 @@
 //! `fi_getinfo+0xf0`, or hung in the exit on a lock a running thread held until the
 //! launcher's SIGKILL. The rank also exits with status 1 where it was terminated.
 //!
-//! rsrun sets `IPATH_NO_BACKTRACE` for its ranks (bootstrap's `libfabric::settings`), as Open
-//! MPI's launcher does. Under any other launcher the library has loaded before mpirt runs,
-//! so mpirt's `initialize` calls [`restore_defaults`].
+//! rsrun sets `IPATH_NO_BACKTRACE` for its ranks (bootstrap's
+//! `libfabric::launcher_settings`), as Open MPI's launcher does. Under any other launcher the
+//! library has loaded before mpirt runs, so mpirt's `initialize` calls [`restore_defaults`].
 
 use std::ffi::{c_int, c_void, CStr};
 
