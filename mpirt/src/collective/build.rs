@@ -99,7 +99,10 @@ fn broadcast_by(algorithm: Broadcast, ranks: Ranks, root: u32, len: usize, eleme
         }
         Broadcast::Linear => exchange::linear_broadcast(&mut p, ranks, root, recv(len)),
     }
-    p.mark(algorithm.marked()).rooted(root);
+    // Not `rooted`: a broadcast's root has no argument only it can refuse, so it never runs
+    // the call draining, and its three algorithms take every bit of the mark, the refusal's
+    // included.
+    p.mark(algorithm.marked());
     p
 }
 

@@ -254,7 +254,8 @@ pub(crate) struct Plan {
 /// The mark bit of a message of a rooted call whose root refused its arguments and runs the
 /// call draining (empty messages, receives into none), or of one passed on by a rank that
 /// heard so: its receiver fails naming the root ([`Cause::PeerRefused`]) rather than a
-/// length. The highest bit, which no rooted collective's algorithms take (they are two).
+/// length. The highest bit, which no refusable call's algorithms take (gathers, scatters and
+/// reductions have two; broadcasts, which no root refuses, three).
 const REFUSED: u8 = 1 << (pml::MARK_BITS - 1);
 
 /// One of a collective's algorithms, as its messages' marks name it: bit `index` of the
