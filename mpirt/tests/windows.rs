@@ -1400,6 +1400,30 @@ fn pscw_on_shared_memory_sends_nothing(world: &SimpleCommunicator, universe: &Un
         "rank {me}: {} PSCW rounds on the shared-memory path sent {sent} frames",
         2 * ROUNDS
     );
+    // A start waits for its own targets' posts, never another rank's: rank 2 posts to rank
+    // 0 first, then tells rank 1 to write its value and post; rank 0's start on rank 1 alone
+    // must read that value, whatever rank 2's notice said.
+    if n >= 3 {
+        const WRITTEN: u64 = 0x5eed;
+        match me {
+            0 => {
+                let mut seen = [0u64];
+                window.start(&[1], |epoch| epoch.get(&mut seen, 1, 0));
+                assert_eq!(
+                    seen[0], WRITTEN,
+                    "rank 0: its start on rank 1 ran before rank 1's post (rank 2's post taken)"
+                );
+                window.start(&[2], |_| ());
+            }
+            1 => {
+                world.process_at_rank(2).receive::<u8>();
+                window.with_local(|local| local[0] = WRITTEN);
+                window.post(&[0], || ());
+            }
+            2 => window.post(&[0], || world.process_at_rank(1).send(&1u8)),
+            _ => {}
+        }
+    }
 }
 
 /// A flush after one short put, accumulate, get or fetch_and_op costs the origin one message
