@@ -1337,29 +1337,23 @@ fn served_in_a_barrier(world: &SimpleCommunicator) {
 /// The epochs `served_in_a_barrier` runs.
 const SERVED_ROUNDS: u64 = 300;
 
-/// A flush after one short put, accumulate, get or fetch_and_op costs the origin one message
-/// a round, counted in its transports' frames: the put or accumulate, held back until the
-/// flush, carries the flush's ask, and a get's or fetch's answer says that the target
-/// applied everything before it (each round was two messages before: the operation, then
-/// the flush's own request). A put of 4 KiB is short too. The target serves them from a
-/// barrier; its window holds every round's effect. The origin makes no round of progress in
-/// a probe meanwhile (its PML's `probe_rounds`): it finds the answers among what its waits
-/// received. Neither rank makes one as it receives a request or an answer found queued
-/// (`matched_receive_rounds`): each is here whole, and a round polled the transports for
-/// nothing between a request and its answer (a system call over TCP on each side).
 /// PSCW on the shared-memory path sends no message: `post`'s and `complete`'s notices are
 /// counts in the window's mapping (`window/direct.rs`). Every rank exposes its window to its
 /// left neighbour and accesses its right one's, round after round, each put landing in a
 /// slot of its own; each rank checks after its `wait` that every round's put is there (the
-/// notices publish the stores), and that its PML sent no frame in all the rounds (before, a
-/// post and a complete were a message each).
+/// notices publish the stores); then every rank exposes to and accesses all the others
+/// (overlapping groups: several senders' notices at once), each put in its origin's slot.
+/// Each rank checks that its PML sent no frame in all the rounds (before, a post and a
+/// complete were a message each).
 fn pscw_on_shared_memory_sends_nothing(world: &SimpleCommunicator, universe: &Universe) {
     const ROUNDS: usize = 50;
     let (me, n) = (world.rank(), world.size());
     let window = Window::<u64>::allocate(world, ROUNDS);
+    // Made before the frames are counted: creation's collectives are messages.
+    let all = Window::<u64>::allocate(world, ROUNDS * n as usize);
     assert!(
-        window.shared_query(0).is_ok(),
-        "rank {me}: allocate did not map the window: the test needs the shared-memory path"
+        window.shared_query(0).is_ok() && all.shared_query(0).is_ok(),
+        "rank {me}: allocate did not map the windows: the test needs the shared-memory path"
     );
     let (left, right) = ((me + n - 1) % n, (me + 1) % n);
     let frames = || universe.counters().map_or(0, |c| c.frames_sent);
@@ -1377,13 +1371,71 @@ fn pscw_on_shared_memory_sends_nothing(world: &SimpleCommunicator, universe: &Un
             );
         });
     }
+    // Overlapping groups: every rank exposes to and accesses every other, so each rank's
+    // notices come from several senders at once, each put in a slot of its origin's.
+    let others: Vec<i32> = (0..n).filter(|&r| r != me).collect();
+    for round in 0..ROUNDS {
+        let value = [(me as u64 + 1) * 1000 + round as u64];
+        all.post(&others, || {
+            all.start(&others, |epoch| {
+                for &t in &others {
+                    epoch.put(&value, t, round * n as usize + me as usize);
+                }
+            });
+        });
+        all.with_local(|local| {
+            for &o in &others {
+                assert_eq!(
+                    local[round * n as usize + o as usize],
+                    (o as u64 + 1) * 1000 + round as u64,
+                    "rank {me}: rank {o}'s put of round {round} after the wait (groups of all)"
+                );
+            }
+        });
+    }
     let sent = frames() - before;
     assert_eq!(
-        sent, 0,
-        "rank {me}: {ROUNDS} PSCW rounds on the shared-memory path sent {sent} frames"
+        sent,
+        0,
+        "rank {me}: {} PSCW rounds on the shared-memory path sent {sent} frames",
+        2 * ROUNDS
     );
+    // A start waits for its own targets' posts, never another rank's: rank 2 posts to rank
+    // 0 first, then tells rank 1 to write its value and post; rank 0's start on rank 1 alone
+    // must read that value, whatever rank 2's notice said.
+    if n >= 3 {
+        const WRITTEN: u64 = 0x5eed;
+        match me {
+            0 => {
+                let mut seen = [0u64];
+                window.start(&[1], |epoch| epoch.get(&mut seen, 1, 0));
+                assert_eq!(
+                    seen[0], WRITTEN,
+                    "rank 0: its start on rank 1 ran before rank 1's post (rank 2's post taken)"
+                );
+                window.start(&[2], |_| ());
+            }
+            1 => {
+                world.process_at_rank(2).receive::<u8>();
+                window.with_local(|local| local[0] = WRITTEN);
+                window.post(&[0], || ());
+            }
+            2 => window.post(&[0], || world.process_at_rank(1).send(&1u8)),
+            _ => {}
+        }
+    }
 }
 
+/// A flush after one short put, accumulate, get or fetch_and_op costs the origin one message
+/// a round, counted in its transports' frames: the put or accumulate, held back until the
+/// flush, carries the flush's ask, and a get's or fetch's answer says that the target
+/// applied everything before it (each round was two messages before: the operation, then
+/// the flush's own request). A put of 4 KiB is short too. The target serves them from a
+/// barrier; its window holds every round's effect. The origin makes no round of progress in
+/// a probe meanwhile (its PML's `probe_rounds`): it finds the answers among what its waits
+/// received. Neither rank makes one as it receives a request or an answer found queued
+/// (`matched_receive_rounds`): each is here whole, and a round polled the transports for
+/// nothing between a request and its answer (a system call over TCP on each side).
 fn flushes_ride_on_their_operations(world: &SimpleCommunicator, universe: &Universe) {
     const ROUNDS: u64 = 40;
     const PAGE: usize = 4096 / 8;
@@ -2194,11 +2246,11 @@ fn a_flush_after_one_operation_costs_no_message_of_its_own() {
 }
 
 /// PSCW's notices on the shared-memory path are counts in the mapping, not messages
-/// (`pscw_on_shared_memory_sends_nothing`), on 2 and 3 ranks (a rank's neighbours one rank, or
-/// two).
+/// (`pscw_on_shared_memory_sends_nothing`), on 2, 3 and 4 ranks (a rank's neighbours one
+/// rank, or two; groups of all the others overlapping on 3 and 4).
 #[test]
 fn pscw_on_shared_memory_sends_no_message() {
-    for n in [2, 3] {
+    for n in [2, 3, 4] {
         assert_job(n, "pscw-notices", &[], "pscw-notices ok");
     }
 }
