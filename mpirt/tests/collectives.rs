@@ -2284,10 +2284,6 @@ fn finished_as_started(world: &SimpleCommunicator) {
     }
 }
 
-/// Ranks complete their immediate collectives in different orders, and one rank runs a
-/// blocking collective while its immediate barrier is unfinished: waiting on any collective
-/// moves the others on, so none of this can deadlock (the barrier has several rounds from 3
-/// ranks up).
 /// Short immediate calls of every kind in flight at once, of 8 and 256 bytes a rank, then
 /// finished in whatever order `test_any` and `wait_any` find them. On 2 ranks each goes
 /// direct (its request holds its transfers, `collective::schedule::direct`), and those waits
@@ -2369,6 +2365,10 @@ fn short_calls_in_any_order(world: &SimpleCommunicator) {
     }
 }
 
+/// Ranks complete their immediate collectives in different orders, and one rank runs a
+/// blocking collective while its immediate barrier is unfinished: waiting on any collective
+/// moves the others on, so none of this can deadlock (the barrier has several rounds from 3
+/// ranks up).
 fn in_any_order(world: &SimpleCommunicator) {
     let (n, me) = (world.size(), world.rank());
     let mut sum = 0;
@@ -4198,10 +4198,10 @@ fn broadcast_parent(size: u32, v: u32) -> u32 {
 
 /// Relays by messages (immediate calls go by messages on every placement) whose length
 /// disagrees with the others': a broadcast tree's relay (rank size / 2, which passes the
-/// root's vector to the ranks above it; on 4 ranks the broadcast goes straight from the root,
-/// and the ranks above it finish with the root's bytes), a reduction tree's (which passes its children's
-/// sums on to the root), and on 8 ranks a long broadcast's (scattered down the tree, then
-/// passed round a ring). Each rank that finishes a broadcast holds the root's bytes; the
+/// root's vector to the ranks above it; on up to 4 ranks the broadcast goes straight from the
+/// root, and the ranks above it finish with the root's bytes), a reduction tree's (which
+/// passes its children's sums on to the root), and on 8 ranks a long broadcast's (scattered
+/// down the tree, then passed round a ring). Each rank that finishes a broadcast holds the root's bytes; the
 /// reduction's root must fail.
 fn relay_errors(world: &SimpleCommunicator) {
     let (rank, size) = (world.rank(), world.size());
@@ -5504,10 +5504,10 @@ fn lengths_disagreeing_in_segmented_calls_are_an_error() {
                     // Straight from the root: the ranks above the relay finish with its bytes.
                     0 => format!("{what}: rank {rank}: ok"),
                     parent => format!(
-                    "{what}: rank {rank}: immediate_broadcast_into: rank {parent} sent 0 bytes \
-                     where this rank expected {sent}: {}",
-                    passes_nothing(parent)
-                ),
+                        "{what}: rank {rank}: immediate_broadcast_into: rank {parent} sent 0 \
+                         bytes where this rank expected {sent}: {}",
+                        passes_nothing(parent)
+                    ),
                 }),
             );
         }

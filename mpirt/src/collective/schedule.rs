@@ -1582,6 +1582,7 @@ impl<'a> Execution<'a> {
     /// What follows the end of the round in flight, its transfers all done: a switch to the
     /// algorithm the first message's sender runs, the round's copies and reductions, the rest
     /// of a plan that learns, and the round to post next.
+    #[inline]
     fn round_done(&mut self) {
         if let Some(bit) = self.noted.switch_to.take() {
             self.switch(bit);
@@ -1596,16 +1597,15 @@ impl<'a> Execution<'a> {
     /// Takes the outcomes of the transfers in flight as they finish ([`settle`]), each noted
     /// as [`outcome`](Self::outcome) finds it; whether none is left.
     fn settle(&mut self, block: bool) -> Result<bool, Cause> {
-        // Taken out, so that each outcome may look at the execution; put back whatever the
-        // outcome, with the transfers still in flight (an error's own transfer has left).
-        let mut in_flight = std::mem::take(&mut self.in_flight);
-        let settled = settle(&mut in_flight, block, |done, recv| {
-            let outcome = self.outcome(done, recv)?;
-            self.note(recv, outcome);
+        // The execution's fields lent one by one, so that the list in flight changes beside
+        // the places its receives landed on (no move of the list out and back).
+        let places = Held::of(&self.buffers, &self.staging, &self.scratch, &self.plan);
+        let (plan, round, noted) = (&*self.plan, self.next_round, &mut self.noted);
+        settle(&mut self.in_flight, block, |done, recv| {
+            let outcome = Execution::outcome(plan, round, &places, done, recv)?;
+            noted.note(plan, round, recv, outcome);
             Ok(())
-        });
-        self.in_flight = in_flight;
-        settled
+        })
     }
 
     /// The round to run once the current one is done, as the plan's checkpoint says: this
@@ -1624,21 +1624,24 @@ impl<'a> Execution<'a> {
 
     /// [`disagreement`] of a finished transfer, where a receive's lengths that differ from
     /// those this rank expects name the rank whose part it is instead.
+    /// Of round `round` of `plan`, over `places`.
     #[inline]
     fn outcome(
-        &self,
+        plan: &Plan,
+        round: usize,
+        places: &Held<'_>,
         done: Result<Done, Cause>,
         recv: Option<(u32, Span)>,
     ) -> Result<(Option<Cause>, u8), Cause> {
         let (cause, mark, landed) = disagreement(done, recv)?;
-        let round = &self.plan.rounds[self.next_round];
+        let round = &plan.rounds[round];
         let lengths = match recv {
             Some((from, span)) if !round.lengths.is_empty() => round.lengths_of(from, span),
             _ => None,
         };
         match lengths {
             Some(lengths) => {
-                let named = self.lengths_differ(lengths, landed);
+                let named = Execution::lengths_differ(places, lengths, landed);
                 Ok((named.or_else(|| cause.map(|c| parts_of(c, lengths))), mark))
             }
             None => Ok((cause, mark)),
@@ -1648,14 +1651,14 @@ impl<'a> Execution<'a> {
     /// The first of `lengths` that differs from what this rank expects, where it expects
     /// some and all of them landed (`landed` bytes of the receive did).
     #[cold]
-    fn lengths_differ(&self, lengths: &Lengths, landed: usize) -> Option<Cause> {
+    fn lengths_differ(places: &Held<'_>, lengths: &Lengths, landed: usize) -> Option<Cause> {
         let expected = lengths.expected.as_ref()?;
         if landed < lengths.span.len {
             return None;
         }
         // SAFETY: the span lies inside its buffer (`check_spans`) and its receive is done.
         let bytes =
-            unsafe { std::slice::from_raw_parts(self.pointer(lengths.span), lengths.span.len) };
+            unsafe { std::slice::from_raw_parts(places.pointer(lengths.span), lengths.span.len) };
         expected
             .iter()
             .zip(decode_lengths(bytes))
@@ -1719,12 +1722,6 @@ impl<'a> Execution<'a> {
         self.write_initial(first);
     }
 
-    /// Keeps what a finished transfer says ([`Noted::note`]).
-    #[inline]
-    fn note(&mut self, recv: Option<(u32, Span)>, outcome: (Option<Cause>, u8)) {
-        self.noted.note(&self.plan, self.next_round, recv, outcome);
-    }
-
     /// Replaces the plan by this rank's part of the algorithm of mark `bit` (the first
     /// message's sender's), past its first round (that message's receive, done), to run
     /// spoiled; its marks name that algorithm alone, so that the ranks this one sends to
@@ -1754,16 +1751,14 @@ impl<'a> Execution<'a> {
 
     /// Posts the next round's transfers ([`post`]).
     fn post_round(&mut self) -> Result<(), Cause> {
-        // Taken out while posting, so that the execution lends its buffers' places.
-        let mut in_flight = std::mem::take(&mut self.in_flight);
+        // The places lent field by field, beside the list in flight that `post` fills.
+        let places = Held::of(&self.buffers, &self.staging, &self.scratch, &self.plan);
         let round = &self.plan.rounds[self.next_round];
         // SAFETY: the buffers stay valid and the receives' spans untouched until the
         // transfers complete: this execution waits for them, or cancels and waits for them
         // when abandoned (`new`'s contract keeps the caller's buffers valid as long).
         let call = (&self.comm, self.tag, &self.noted);
-        let posted = unsafe { post(round, call, &*self, &mut in_flight) };
-        self.in_flight = in_flight;
-        posted
+        unsafe { post(round, call, &places, &mut self.in_flight) }
     }
 
     /// The round's copies and reductions ([`run_locals`]).
@@ -1815,17 +1810,52 @@ impl<'a> Execution<'a> {
 }
 
 impl Regions for Execution<'_> {
+    fn region(&self, region: Region) -> (*mut u8, usize) {
+        Held::of(&self.buffers, &self.staging, &self.scratch, &self.plan).region(region)
+    }
+}
+
+/// Where an execution's regions lie: its fields that say so, lent apart from the others (its
+/// list of transfers in flight, what its receives told it).
+struct Held<'e> {
+    buffers: &'e Buffers,
+    /// A `Vec`'s, whose pointer (not a slice's) the receives may write through.
+    staging: Option<&'e Vec<u8>>,
+    scratch: &'e [Vec<Aligned>],
+    /// The scratch buffers' lengths.
+    lens: &'e [usize],
+}
+
+impl<'e> Held<'e> {
+    /// An execution's places, from the fields that say where they lie.
+    #[inline]
+    fn of(
+        buffers: &'e Buffers,
+        staging: &'e Option<Vec<u8>>,
+        scratch: &'e [Vec<Aligned>],
+        plan: &'e Plan,
+    ) -> Held<'e> {
+        Held {
+            buffers,
+            staging: staging.as_ref(),
+            scratch,
+            lens: &plan.scratch,
+        }
+    }
+}
+
+impl Regions for Held<'_> {
     /// The base pointer and length of a region.
     fn region(&self, region: Region) -> (*mut u8, usize) {
         match region {
             Region::Send => (self.buffers.send.cast_mut(), self.buffers.send_len),
-            Region::Recv => match &self.staging {
+            Region::Recv => match self.staging {
                 Some(staging) => (staging.as_ptr().cast_mut(), staging.len()),
                 None => (self.buffers.recv, self.buffers.recv_len),
             },
             Region::Scratch(i) => (
                 self.scratch[i].as_ptr().cast::<u8>().cast_mut(),
-                self.plan.scratch[i],
+                self.lens[i],
             ),
         }
     }

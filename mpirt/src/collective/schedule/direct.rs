@@ -363,7 +363,8 @@ mod tests {
             ("all_gather", build::all_gather(ranks, 8).expect("a plan")),
             (
                 "all_to_all",
-                build::all_to_all(ranks, &blocks, &blocks, 8, None, ranks.size).expect("a plan"),
+                build::all_to_all(ranks, &blocks, &blocks, 8, None, ranks.size, false)
+                    .expect("a plan"),
             ),
             ("gather", build::gather(ranks, 0, 8, None).expect("a plan")),
             (
