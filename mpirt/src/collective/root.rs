@@ -99,14 +99,16 @@ pub trait Root {
         let _in = entered(comm, "reduce_into", Some(root));
         intra_only(comm, "reduce_into")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, None::<&NoBuffer>, &op)
-            .map_err(shared::refusing_hierarchically(
-                comm,
-                "reduce_into",
-                select::reduce_in_shared_memory(),
-                own(send),
-                op.is_commutative(),
-                Some(refused_reduce(root, send, &op)),
-            ))?;
+            .map_err(|cause| {
+                shared::refusing_hierarchically(
+                    comm,
+                    "reduce_into",
+                    select::reduce_in_shared_memory(),
+                    own(send),
+                    op.is_commutative(),
+                    refused_reduce(root, send, &op),
+                )(cause)
+            })?;
         sent_by_area_or_messages(
             comm,
             "reduce_into",
@@ -137,14 +139,16 @@ pub trait Root {
         let _in = entered(comm, "reduce_into_root", Some(root));
         intra_only(comm, "reduce_into_root")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, Some(&*recv), &op)
-            .map_err(shared::refusing_hierarchically(
-                comm,
-                "reduce_into_root",
-                select::reduce_in_shared_memory(),
-                own(send),
-                op.is_commutative(),
-                Some(refused_reduce(root, send, &op)),
-            ))?;
+            .map_err(|cause| {
+                shared::refusing_hierarchically(
+                    comm,
+                    "reduce_into_root",
+                    select::reduce_in_shared_memory(),
+                    own(send),
+                    op.is_commutative(),
+                    refused_reduce(root, send, &op),
+                )(cause)
+            })?;
         area_or_messages(
             comm,
             "reduce_into_root",
@@ -648,14 +652,21 @@ impl Root for Process<'_> {
 }
 
 /// A reduction to `root` of `send` under `op`, as its root plans it where it refused its
-/// arguments (`calls::drain`).
-fn refused_reduce<S: Buffer + ?Sized, O: Operation>(root: Rank, send: &S, op: &O) -> Refused {
-    Refused::Reduce {
+/// arguments (`calls::drain`); none where `op` is not defined for `send`'s type: every rank's
+/// checks refuse that alike, so no peer takes part for a draining root to wait for (asked
+/// only once the call is refused: `op.check` is no cost for a call that passes).
+fn refused_reduce<S: Buffer + ?Sized, O: Operation>(
+    root: Rank,
+    send: &S,
+    op: &O,
+) -> Option<Refused> {
+    op.check(send.matched().0).ok()?;
+    Some(Refused::Reduce {
         root,
         len: send.byte_len(),
         element: send.matched().0.size(),
         commutative: op.is_commutative(),
-    }
+    })
 }
 
 /// The type and the byte length of the buffer by which a rooted call's area path goes, for
