@@ -3904,6 +3904,18 @@ fn root_refusals(world: &SimpleCommunicator) {
             report_outcome(rank, &what("reduce"), result);
             check_in_step(world, &what("reduce"));
 
+            // An operation the elements' type lacks: every rank refuses alike, the root too,
+            // and none waits for another (the root drains nothing: no peer takes part).
+            let floats = vec![1.0f32; len];
+            let and = SystemOperation::bitwise_and();
+            let result = if is_root {
+                root.try_reduce_into_root(&floats[..], &mut vec![0f32; len][..], and)
+            } else {
+                root.try_reduce_into(&floats[..], and)
+            };
+            report_outcome(rank, &what("reduce under bitwise_and"), result);
+            check_in_step(world, &what("reduce under bitwise_and"));
+
             let result = if is_root {
                 let mut short = short.clone();
                 let mut parts = PartitionMut::new(&mut short[..], &counts[..], &displs[..]);
@@ -5382,6 +5394,22 @@ fn a_root_refusing_its_arguments_leaves_no_rank_waiting() {
                                 .any(|l| l == named || (!call.starts_with("scatter") && l == ok));
                             assert!(fine, "{on}: rank {rank}: missing {named:?} in\n{out}");
                         }
+                    }
+                    let what = format!("reduce under bitwise_and from {root} of {len}");
+                    for rank in 0..size {
+                        let form = if rank == root {
+                            "reduce_into_root"
+                        } else {
+                            "reduce_into"
+                        };
+                        let line = format!(
+                            "{what}: rank {rank}: {form}: the operation bitwise_and is not \
+                             defined for f32"
+                        );
+                        assert!(
+                            out.lines().any(|l| l == line),
+                            "{on}: every rank's own refusal: missing {line:?} in\n{out}"
+                        );
                     }
                 }
             }

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use crate::communicator::{spawn, CommData, Communicator, InterCommunicator, Process, Rank};
 use crate::datatype::{Buffer, BufferMut, Datatype};
-use crate::error::{or_fatal, Error, MpiError};
+use crate::error::{or_fatal, Cause, Error, MpiError};
 use crate::partition::{Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
 use crate::point_to_point::Count;
 use crate::request::Scope;
@@ -99,14 +99,7 @@ pub trait Root {
         let _in = entered(comm, "reduce_into", Some(root));
         intra_only(comm, "reduce_into")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, None::<&NoBuffer>, &op)
-            .map_err(shared::refusing_hierarchically(
-                comm,
-                "reduce_into",
-                select::reduce_in_shared_memory(),
-                own(send),
-                op.is_commutative(),
-                Some(refused_reduce(root, send, &op)),
-            ))?;
+            .map_err(refusing_reduce(comm, "reduce_into", root, send, &op))?;
         sent_by_area_or_messages(
             comm,
             "reduce_into",
@@ -137,14 +130,7 @@ pub trait Root {
         let _in = entered(comm, "reduce_into_root", Some(root));
         intra_only(comm, "reduce_into_root")?;
         let (checked, datatype) = calls::check_reduce(comm, root, send, Some(&*recv), &op)
-            .map_err(shared::refusing_hierarchically(
-                comm,
-                "reduce_into_root",
-                select::reduce_in_shared_memory(),
-                own(send),
-                op.is_commutative(),
-                Some(refused_reduce(root, send, &op)),
-            ))?;
+            .map_err(refusing_reduce(comm, "reduce_into_root", root, send, &op))?;
         area_or_messages(
             comm,
             "reduce_into_root",
@@ -647,14 +633,33 @@ impl Root for Process<'_> {
     }
 }
 
-/// A reduction to `root` of `send` under `op`, as its root plans it where it refused its
-/// arguments (`calls::drain`).
-fn refused_reduce<S: Buffer + ?Sized, O: Operation>(root: Rank, send: &S, op: &O) -> Refused {
-    Refused::Reduce {
-        root,
-        len: send.byte_len(),
-        element: send.matched().0.size(),
-        commutative: op.is_commutative(),
+/// The refusal of a reduction to `root` of `send` under `op` ([`shared::refusing_hierarchically`]):
+/// by messages its root runs its part draining (`calls::drain`), but not where `op` is not
+/// defined for `send`'s type: every rank's checks refuse that alike, so no peer takes part
+/// for a draining root to wait for. Asked only once the call is refused: a call that passes
+/// pays nothing for it.
+fn refusing_reduce<'c, S: Buffer + ?Sized, O: Operation>(
+    comm: &'c CommData,
+    operation: &'static str,
+    root: Rank,
+    send: &'c S,
+    op: &'c O,
+) -> impl FnOnce(Cause) -> Error + 'c {
+    move |cause| {
+        let refused = op.check(send.matched().0).is_ok().then(|| Refused::Reduce {
+            root,
+            len: send.byte_len(),
+            element: send.matched().0.size(),
+            commutative: op.is_commutative(),
+        });
+        shared::refusing_hierarchically(
+            comm,
+            operation,
+            select::reduce_in_shared_memory(),
+            own(send),
+            op.is_commutative(),
+            refused,
+        )(cause)
     }
 }
 
