@@ -25,9 +25,6 @@ use crate::sync::thread_local;
 #[cfg(feature = "threads")]
 use super::shared;
 
-#[cfg(feature = "threads")]
-mod let_go;
-
 /// The engine's one place: `None` before `initialize` and after finalize.
 struct Place(UnsafeCell<Option<AnyPml>>);
 
@@ -98,7 +95,7 @@ mod mark {
     pub(super) const IN_CALL: u8 = FREE.wrapping_add(1);
     /// A thread inside a non-blocking call on the shared engine's lock (`Entry`, feature
     /// `threads`): the way out's decrement gives 0 from here alone (the owner's gives
-    /// `FREE`), which sends the call to let go of the lock (`let_go`).
+    /// `FREE`), which sends the call to let go of the lock (`let_go_shared`).
     #[cfg(feature = "threads")]
     pub(super) const SHARED_CALL: u8 = IN_CALL + 1;
     /// Not the initializing thread, or the engine is shared, outside a call: neither it nor
@@ -279,6 +276,17 @@ impl Drop for InUserCode {
     }
 }
 
+/// Ends a non-blocking call on the shared engine: marks this thread outside a call, then lets
+/// go of the lock, stepping the hooks the call deferred (a hook's panic comes out of the call
+/// with the thread already marked outside it). Out of line, as `Single` never takes it.
+#[cfg(feature = "threads")]
+#[cold]
+#[inline(never)]
+fn let_go_shared() {
+    OWNER.with(|owner| owner.set(mark::NO));
+    shared::let_go_after_call();
+}
+
 /// Why this thread has no right to the engine now (`Entry::enter` found none): a call
 /// inside a call (`NestedCall`), before `initialize` made the engine reachable (also while it
 /// runs), once finalize began to take it, or, at `Single` and `Funneled`, a thread that did
@@ -316,7 +324,7 @@ impl Drop for Entry {
             owner.set(now);
             now == 0
         }) {
-            let_go::let_go_shared();
+            let_go_shared();
         }
         #[cfg(not(feature = "threads"))]
         OWNER.with(|owner| owner.set(mark::FREE));
@@ -423,5 +431,36 @@ mod tests {
             "the Entry's drop did not give the owner's right back"
         );
         OWNER.with(|owner| owner.set(mark::NO));
+    }
+
+    /// A hook that panics as a non-blocking call on the shared engine ends (a user-defined
+    /// operation's): the panic comes out of the call's end and leaves the thread marked
+    /// outside a call (not `IN_CALL`, the value the way out's decrement left), so that the
+    /// thread's next call is not refused as `NestedCall`.
+    #[cfg(all(feature = "threads", not(feature = "model-check")))]
+    #[test]
+    fn a_hooks_panic_at_a_shared_calls_end_comes_out_of_the_call() {
+        use super::{let_go_shared, mark, OWNER};
+        use crate::backend::hooks;
+
+        const MESSAGE: &str = "a hook failed at the end of a call on the shared engine";
+        fn panics() {
+            panic!("{MESSAGE}");
+        }
+
+        let hook = hooks::register(panics);
+        hooks::defer();
+        OWNER.with(|owner| owner.set(mark::SHARED_CALL.wrapping_sub(1)));
+        let ended = std::panic::catch_unwind(let_go_shared);
+        hooks::unregister(hook);
+        let payload = ended.expect_err("the hook's panic did not come out of the call's end");
+        assert_eq!(
+            payload.downcast_ref::<String>().map(String::as_str),
+            Some(MESSAGE)
+        );
+        assert!(
+            OWNER.with(|owner| owner.get()) == mark::NO,
+            "the call's end left the thread marked inside a call"
+        );
     }
 }
