@@ -4345,9 +4345,10 @@ fn collectives_of_one_shape_called_again_run_their_kept_plans() {
 /// Kept-plan collectives called again allocate nothing per call once warmed up
 /// (`allocations_per_call`; the `_varcount`, counted reduce-scatter and neighbourhood forms
 /// among them, and reductions under user-defined operations), on 1 to 3 ranks (on shared
-/// memory here; the launchers' runs across hosts put some over TCP, where no per-call
-/// allocation was seen either): fewer allocations than rounds of 28 calls (what is left: the PML's queues for new tags, until as many are kept as
-/// it keeps: 0 to 44 in 300 rounds of 11 calls here, loaded, and 2 to 5 in 3,000).
+/// memory here; srun --mpi=pmi2's run across hosts puts some over TCP, where no per-call
+/// allocation was seen either): fewer allocations than rounds of 28 calls (what is left: the
+/// PML's queues for new tags, until as many are kept as it keeps: 0 to 44 in 300 rounds of
+/// 11 calls, before the user-defined operations' were added, loaded, and 2 to 5 in 3,000).
 #[test]
 fn collectives_called_again_allocate_nothing_per_call() {
     if cfg!(debug_assertions) {

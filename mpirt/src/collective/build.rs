@@ -671,8 +671,7 @@ mod tests {
                         let none = vec![(0, 0); n as usize];
                         let is_root = |me: Ranks| me.rank == root;
                         let own = |me: Ranks| if is_root(me) { 0 } else { block };
-                        let calls: [&RootedPlan; 7] = [
-                            &|me, _| broadcast(me, root, block, 4).expect("a plan"),
+                        let calls: [&RootedPlan; 6] = [
                             &|me, _| reduce(me, root, block, 4, true).expect("a plan"),
                             &|me, _| reduce(me, root, block, 4, false).expect("a plan"),
                             &|me, at| gather(me, root, block, at).expect("a plan"),

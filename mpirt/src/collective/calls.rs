@@ -110,7 +110,12 @@ impl<'a> Call<'a> {
     /// As for [`start`](Self::start); `room` stays valid, and untouched but through the
     /// call, until it is over (or dropped).
     pub unsafe fn begin(self, comm: &CommData, room: NonNull<Room>) -> Begun<'a> {
-        match Direct::serves(&self.plan, &self.buffers, self.datatype, comm) {
+        match Direct::serves(
+            &self.plan,
+            &self.buffers,
+            (self.datatype, self.op.as_ref()),
+            comm,
+        ) {
             // SAFETY: forwarded from this function's contract.
             true => Begun::Direct(unsafe {
                 Direct::new(

@@ -50,11 +50,12 @@
 //!   algorithms run first with empty messages), after which every rank has seen every
 //!   rank's mark; a [`Plan::checkpoint`] there ends the call (but for its last message to a
 //!   folded rank) wherever more than one algorithm was seen, on every rank alike.
-//! - broadcast and scatter: both algorithms start down the root's binomial tree, each
+//! - broadcast and scatter: both tree algorithms start down the root's binomial tree, each
 //!   rank's first message coming from its parent (a direct scatter passes an empty message
 //!   down the tree beside the root's parts); a rank that finds its parent on another
 //!   algorithm runs that one instead, with no data ([`Plan::follow`]), so every rank ends up
-//!   on the root's.
+//!   on the root's. The linear broadcast (the root sends to each rank) is chosen by the
+//!   number of ranks alone (`select::broadcast`), so no rank meets it beside another.
 //! - all-to-all: pairwise and linear send one message each way between each pair: on one
 //!   host they go unmarked, across hosts under one mark. Across hosts short blocks go
 //!   through each host's leader (`algorithms::hosts`), whose messages the pairwise and

@@ -134,13 +134,23 @@ pub(crate) struct Direct<'a> {
 
 impl<'a> Direct<'a> {
     /// Whether a direct call runs `plan` over `buffers`: its plan has one round of transfers
-    /// (`Plan::direct_round`), and the call moves the caller's bytes as they are (no packing,
-    /// no staging of values to check) on a communicator that takes collectives.
-    pub fn serves(plan: &Checked, buffers: &Buffers, datatype: Datatype, comm: &CommData) -> bool {
+    /// (`Plan::direct_round`), the call moves the caller's bytes as they are (no packing, no
+    /// staging of values to check) on a communicator that takes collectives, and it reduces by
+    /// a built-in operation or none. A user-defined operation is the program's code, which
+    /// MPI's progress runs while the rank waits in any call (Open MPI's libnbc as well); a
+    /// direct call runs its reduction only when its own request is tested or waited on, so a
+    /// program whose other calls wait on what that code does would wait for ever.
+    pub fn serves(
+        plan: &Checked,
+        buffers: &Buffers,
+        (datatype, op): (Datatype, Option<&Reduction<'_>>),
+        comm: &CommData,
+    ) -> bool {
         plan.direct.is_some()
             && buffers.send_layout.is_none()
             && buffers.recv_layout.is_none()
             && !datatype.needs_check()
+            && op.is_none_or(|op| matches!(op, Reduction::Builtin(_)))
             && comm.collectives_allowed().is_ok()
     }
 
