@@ -2064,7 +2064,9 @@ fn a_terminated_rank_dies_of_sigterm_beside_ofi() {
     assert!(!output.status.success(), "{stdout}\n{stderr}");
     Wire::Ofi.assert_used(2, &stderr);
     assert!(
-        stderr.lines().any(|l| l.starts_with("rsrun: rank 1 (pid ")
+        // "rsrun: rank 1 (pid N) ...", or "rsrun: rank 1 on HOST (pid N) ..." across hosts.
+        stderr.lines().any(|l| l.starts_with("rsrun: rank 1 ")
+            && l.contains(" (pid ")
             && l.ends_with(") killed by signal 15 (SIGTERM)")),
         "{stderr}"
     );
